@@ -1,0 +1,50 @@
+"""The hybridserve command line: wires one module per command; each parses, calls the library and renders."""
+
+from __future__ import annotations
+
+import typer
+
+from hybridserve.cli import plan
+from hybridserve.cli.guard import guarded
+
+app = typer.Typer(
+    name="hybridserve",
+    help="Plan, tune, launch and validate hybrid GDN + attention models on vLLM with P/D over NIXL.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+
+@app.callback()
+def _root() -> None:
+    """Plan, tune, launch and validate hybrid GDN + attention models on vLLM with P/D over NIXL."""
+
+
+# Register only commands that work. Each command module exposes `command`; sub-apps expose `app`.
+app.command("plan")(guarded(plan.command))
+
+
+def main() -> None:
+    """Console entry point. Usage errors (a value click cannot parse) also become one line and exit 2."""
+    import sys
+
+    from typer.exceptions import TyperException
+
+    from hybridserve.cli.console import err_console
+
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        sys.exit(130)
+    except TyperException as exc:  # typer's click: UsageError, BadParameter, NoSuchOption, MissingParameter
+        if not hasattr(exc, "format_message"):
+            raise
+        ctx = getattr(exc, "ctx", None)
+        where = f" (try 'hybridserve {ctx.info_name} --help')" if ctx is not None and ctx.parent else ""
+        if exc.format_message():  # no_args_is_help has already printed the help
+            err_console.print(f"error: {exc.format_message()}{where}", highlight=False, soft_wrap=True,
+                              markup=False)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

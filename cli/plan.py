@@ -1,0 +1,88 @@
+"""`hybridserve plan`: how vLLM lays out KV cache and GDN state, and what one request's transfer costs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from hybridserve.cli.console import print_json
+from hybridserve.cli.options import DtypeOpt, JsonOpt, YamlOpt
+from hybridserve.cli.plan_render import render_plans
+from hybridserve.core.attention_backend import AttentionBackend
+from hybridserve.core.capacity import MemoryBudget
+from hybridserve.core.dtypes import parse_optional
+from hybridserve.core.errors import InputError
+from hybridserve.core.layout import LayoutRequest
+from hybridserve.core.plan import PlanRequest, make_plan
+from hybridserve.core.plan_report import plan_dict
+from hybridserve.core.profiles import device_memory_bytes, load_model, model_profile_names
+
+
+def command(
+    model: Annotated[list[str], typer.Option("--model", "-m", help="Profile name, config.json or model folder; "
+                                              "repeat it, or 'all' for every shipped profile.")],
+    tp: Annotated[list[int], typer.Option(help="Tensor-parallel size of the prefill side; repeat for a grid.")] = [1],
+    decode_tp: Annotated[Optional[int], typer.Option(help="Decode TP when it differs from --tp.")] = None,
+    dtype: DtypeOpt = "auto",
+    kv_cache_dtype: DtypeOpt = "auto",
+    mamba_cache_dtype: DtypeOpt = "auto",
+    mamba_ssm_cache_dtype: DtypeOpt = "auto",
+    block_size: Annotated[Optional[int], typer.Option(help="vLLM --block-size (default 16).")] = None,
+    attention_backend: Annotated[str, typer.Option(help="flash_attn, flashinfer or triton.")] = "flash_attn",
+    num_speculative_tokens: Annotated[int, typer.Option(help="Speculative tokens (MTP).")] = 0,
+    prompt_len: Annotated[list[int], typer.Option(help="Prompt length in tokens; repeat it.")] = [1024, 8192, 32768],
+    runs: Annotated[int, typer.Option(help="Contiguous runs a request's blocks come in (our scheme).")] = 1,
+    memory: Annotated[Optional[str], typer.Option(help="Device memory: GiB or h100, h200, b200, gb200.")] = None,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM --gpu-memory-utilization.")] = 0.9,
+    weights_gib: Annotated[Optional[float], typer.Option(help="Weights per rank in GiB (default: estimate).")] = None,
+    reserved_gib: Annotated[float, typer.Option(help="Activations and graphs per rank, GiB.")] = 0.0,
+    no_hybrid_allocator: Annotated[bool, typer.Option(help="Model vLLM without the hybrid KV cache "
+                                                      "manager (attention-only models).")] = False,
+    as_json: JsonOpt = False,
+    as_yaml: YamlOpt = False,
+) -> None:
+    """Plan the KV cache and GDN state layout of vLLM, capacity, and per-request NIXL transfer cost.
+
+    Examples:
+
+      hybridserve plan -m qwen3.5-397b-a17b --mamba-ssm-cache-dtype bfloat16 --prompt-len 8192
+
+      hybridserve plan -m qwen3.5-0.8b --block-size 128 --tp 1 --tp 4 --memory h200
+
+      hybridserve plan -m all --tp 1 --tp 2 --tp 4 --tp 8 --json
+    """
+    names = model_profile_names() if model == ["all"] else model
+    budget = None
+    if memory is not None:
+        budget = MemoryBudget(device_memory_bytes=device_memory_bytes(memory),
+                              gpu_memory_utilization=gpu_memory_utilization,
+                              weights_bytes=None if weights_gib is None else int(weights_gib * 2**30),
+                              reserved_bytes=int(reserved_gib * 2**30))
+    backend = AttentionBackend.parse(attention_backend)
+    dtypes = dict(kv_dtype=parse_optional(kv_cache_dtype, what="--kv-cache-dtype"),
+                  conv_dtype=parse_optional(mamba_cache_dtype, what="--mamba-cache-dtype"),
+                  ssm_dtype=parse_optional(mamba_ssm_cache_dtype, what="--mamba-ssm-cache-dtype"))
+    model_dtype = parse_optional(dtype, what="--dtype")
+    plans = []
+    for name in names:
+        spec = load_model(name)
+        if model_dtype is not None:
+            from dataclasses import replace
+            spec = replace(spec, dtype=model_dtype)
+        for size in tp:
+            layout = LayoutRequest(model=spec, tp=size, backend=backend, block_size=block_size,
+                                   num_speculative_tokens=num_speculative_tokens,
+                                   hybrid_allocator=not no_hybrid_allocator, **dtypes)
+            plans.append(make_plan(PlanRequest(layout=layout, decode_tp=decode_tp, prompt_tokens=tuple(prompt_len),
+                                               num_runs=runs, budget=budget)))
+    if as_json and as_yaml:
+        raise InputError("--json and --yaml: accepted: one of them")
+    data = [plan_dict(p) for p in plans]
+    if as_json:
+        print_json(data[0] if len(data) == 1 else data)
+    elif as_yaml:
+        import yaml
+        typer.echo(yaml.safe_dump(data[0] if len(data) == 1 else data, sort_keys=False), nl=False)
+    else:
+        render_plans(plans)

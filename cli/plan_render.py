@@ -1,0 +1,88 @@
+"""Rich tables for `plan`: one plan in detail, or a grid of plans as one summary table."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from hybridserve.cli.console import out_console
+from hybridserve.core.layout import RankLayout
+from hybridserve.core.plan import Plan
+
+
+def _b(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:,.2f} {unit}"
+    return f"{n:,} B"
+
+
+def _layout_rows(layout: RankLayout) -> list[tuple[str, str]]:
+    gdn = layout.gdn
+    groups = ", ".join(f"{g.kind.value}[{len(g.layers)}]" for g in layout.groups.groups)
+    return [
+        ("TP", str(layout.request.tp)),
+        ("cache dtypes kv / conv / ssm", f"{layout.dtypes.kv.value} / {layout.dtypes.conv.value} / "
+                                          f"{layout.dtypes.ssm.value}"),
+        ("attention bytes / token / layer", f"{layout.attention.bytes_per_token:,}"),
+        ("conv state bytes", f"{gdn.conv_state_bytes:,}" if gdn else "-"),
+        ("SSM state bytes", f"{gdn.ssm_state_bytes:,}" if gdn else "-"),
+        ("GDN page bytes (real)", f"{gdn.real_page_size_bytes:,}" if gdn else "-"),
+        ("block size (tokens)", f"{layout.block_size:,}"),
+        ("page size bytes", f"{layout.page_size_bytes:,}"),
+        ("GDN padding", f"{layout.padding_percent:.2f} %"),
+        ("kernel block x per block", f"{layout.kernel_block_size} x {layout.kernel_blocks_per_block}"),
+        ("shared tensors T", str(layout.num_tensors)),
+        ("groups", groups),
+    ]
+
+
+def render_plan(plan: Plan) -> None:
+    model = plan.request.layout.model
+    table = Table(title=f"{model.name}: layout per rank ({plan.request.layout.backend.value})")
+    table.add_column("quantity")
+    table.add_column("prefill", justify="right")
+    if plan.decode is not plan.prefill:
+        table.add_column("decode", justify="right")
+    rows = zip(_layout_rows(plan.prefill), _layout_rows(plan.decode))
+    for (name, p), (_, d) in rows:
+        table.add_row(name, p, *([d] if plan.decode is not plan.prefill else []))
+    if plan.capacity:
+        cap = plan.capacity
+        table.add_row("weights per rank (est.)", _b(cap.weights_bytes))
+        table.add_row("KV cache per rank", _b(cap.kv_cache_bytes))
+        table.add_row("blocks", f"{cap.num_blocks:,}")
+    out_console.print(table)
+    out_console.print(_request_table(plan))
+
+
+def _request_table(plan: Plan) -> Table:
+    table = Table(title="per request, per decode rank (N-1 tokens move with GDN layers; padding never moves)")
+    for col in ("prompt", "reads", "bytes vLLM", "bytes ours", "descs vLLM", f"descs ours ({plan.request.num_runs} "
+                "run)", "saved", "fit"):
+        table.add_column(col, justify="right")
+    for r in plan.requests:
+        table.add_row(f"{r.prompt_tokens:,}", str(r.vllm.num_reads), _b(r.vllm.total_bytes), _b(r.ours.total_bytes),
+                      f"{r.vllm.total_descriptors:,}", f"{r.ours.total_descriptors:,}",
+                      f"{r.vllm.total_descriptors / max(1, r.ours.total_descriptors):.1f}x",
+                      "-" if r.max_requests is None else f"{r.max_requests:,}")
+    return table
+
+
+def render_plans(plans: list[Plan]) -> None:
+    if len(plans) == 1:
+        render_plan(plans[0])
+        return
+    table = Table(title="plan grid (per rank; per request per decode rank)")
+    for col in ("model", "TP", "block", "kernel", "page", "pad %", "prompt", "descs vLLM", "descs ours", "bytes",
+                "fit"):
+        table.add_column(col, justify="right")
+    for plan in plans:
+        for r in plan.requests:
+            table.add_row(plan.request.layout.model.name, str(plan.prefill.request.tp), str(plan.prefill.block_size),
+                          str(plan.prefill.kernel_block_size), _b(plan.prefill.page_size_bytes),
+                          f"{plan.prefill.padding_percent:.2f}", f"{r.prompt_tokens:,}",
+                          f"{r.vllm.total_descriptors:,}", f"{r.ours.total_descriptors:,}", _b(r.vllm.total_bytes),
+                          "-" if r.max_requests is None else f"{r.max_requests:,}")
+    out_console.print(table)

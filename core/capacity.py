@@ -1,0 +1,66 @@
+"""How many blocks fit on a rank and how many requests of a length they hold (vLLM `get_kv_cache_config`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridserve.core.descriptors import blocks_kept
+from hybridserve.core.errors import InputError
+from hybridserve.core.layout import RankLayout
+from hybridserve.core.spec import LayerKind, ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryBudget:
+    device_memory_bytes: int
+    gpu_memory_utilization: float = 0.9
+    weights_bytes: int | None = None  # None: estimated from the config
+    reserved_bytes: int = 0  # activations, CUDA graphs, NCCL buffers: vLLM profiles these at start-up
+
+
+@dataclass(frozen=True, kw_only=True)
+class Capacity:
+    weights_bytes: int
+    kv_cache_bytes: int
+    num_blocks: int
+
+    def blocks_per_request(self, layout: RankLayout, prompt_tokens: int) -> int:
+        """Blocks the global pool gives one request: every group takes its own block ids."""
+        states = 1 + layout.request.num_speculative_tokens  # mamba_cache_mode none: 1 + spec state blocks
+        return sum(blocks_kept(layout, g, prompt_tokens) if g.kind.is_attention else states
+                   for g in layout.groups.groups)
+
+    def max_requests(self, layout: RankLayout, prompt_tokens: int) -> int:
+        return self.num_blocks // max(1, self.blocks_per_request(layout, prompt_tokens))
+
+
+def estimate_weights_bytes(model: ModelSpec, tp: int) -> int:
+    """Parameters from the config times the model dtype, split over TP (norms and biases ignored)."""
+    h, gdn, ffn = model.hidden_size, model.gdn, model.ffn
+    embed = model.vocab_size * h * (1 if model.tie_word_embeddings else 2)
+    q_out = model.num_attention_heads * model.head_dim * (2 if model.attn_output_gate else 1)
+    attn = h * q_out + 2 * h * model.num_kv_heads * model.head_dim + model.num_attention_heads * model.head_dim * h
+    linear = 0
+    if gdn is not None:
+        linear = h * (gdn.conv_dim + gdn.value_dim + 2 * gdn.num_value_heads) + gdn.conv_dim * gdn.conv_kernel \
+            + gdn.value_dim * h
+    if ffn.num_experts:
+        mlp = 3 * h * (ffn.num_experts * ffn.moe_intermediate_size + ffn.shared_expert_intermediate_size) \
+            + h * ffn.num_experts
+    else:
+        mlp = 3 * h * ffn.intermediate_size
+    per_kind = {LayerKind.LINEAR_ATTENTION: linear}
+    layers = sum(per_kind.get(kind, attn) + mlp for kind in model.layer_kinds)
+    return (embed + layers) * model.dtype.num_bytes // tp
+
+
+def plan_capacity(layout: RankLayout, budget: MemoryBudget) -> Capacity:
+    """num_blocks = available // page // T (vLLM: each block id spans all T shared tensors)."""
+    if not 0 < budget.gpu_memory_utilization <= 1:
+        raise InputError(f"--gpu-memory-utilization {budget.gpu_memory_utilization}: accepted: in (0, 1]")
+    weights = budget.weights_bytes
+    if weights is None:
+        weights = estimate_weights_bytes(layout.request.model, layout.request.tp)
+    available = int(budget.device_memory_bytes * budget.gpu_memory_utilization) - weights - budget.reserved_bytes
+    num_blocks = max(0, available) // layout.page_size_bytes // layout.num_tensors
+    return Capacity(weights_bytes=weights, kv_cache_bytes=max(0, available), num_blocks=num_blocks)

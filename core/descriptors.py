@@ -1,0 +1,107 @@
+"""NIXL descriptors and bytes one request's transfer needs, per decode rank: vLLM's scheme and ours.
+
+vLLM (NixlConnector with the hybrid allocator, READ by the decode side, one READ per remote rank):
+  attention: K and V are two descriptors per shared tensor per *kernel* block;
+  GDN: Q, K, V conv slices and the SSM state are four descriptors per tensor per state block.
+  Qwen3.5: N = 2T * cdiv(N_tok - 1, B) * (B / B_kernel) + 12T * (1 + num_spec).
+Ours: a run of physically contiguous blocks of one tensor is one byte range whatever the kernel block; a GDN
+layer's conv and SSM state are contiguous inside its page, so one descriptor covers both (padding never moves).
+Head slices under heterogeneous TP are equally spaced: one strided descriptor (address, length, stride, count)
+covers a run; a sliced GDN state needs three (Q and K rows share one strided descriptor, V rows, SSM heads).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from hybridserve.core.groups import KVCacheGroup
+from hybridserve.core.layout import RankLayout
+from hybridserve.core.spec import LayerKind
+
+VLLM_DESCRIPTORS_PER_GDN_STATE = 4  # Q, K, V conv sub-projections + SSM (vLLM _build_mamba_local)
+
+
+class Scheme(enum.Enum):
+    VLLM = "vllm"
+    OURS = "ours"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferCost:
+    scheme: Scheme
+    prompt_tokens: int
+    moved_tokens: int
+    num_reads: int  # READs per decode rank (one per remote rank read from)
+    attention_descriptors: int
+    gdn_descriptors: int
+    attention_bytes: int
+    gdn_bytes: int
+
+    @property
+    def total_descriptors(self) -> int:
+        return self.attention_descriptors + self.gdn_descriptors
+
+    @property
+    def total_bytes(self) -> int:
+        return self.attention_bytes + self.gdn_bytes
+
+
+def moved_tokens(layout: RankLayout, prompt_tokens: int) -> int:
+    """vLLM PR #37310: with GDN layers the prefill side stops one token short and the decode side recomputes the
+    last prompt token (a recurrent state cannot be rewound), so N - 1 tokens move."""
+    return max(0, prompt_tokens - 1) if layout.gdn is not None else prompt_tokens
+
+
+def blocks_kept(layout: RankLayout, group: KVCacheGroup, num_tokens: int) -> int:
+    """Logical blocks a group holds for a prompt; a sliding-window group keeps cdiv(window, B) + 1."""
+    num_blocks = -(-num_tokens // layout.block_size)
+    if group.kind is LayerKind.SLIDING_ATTENTION and layout.attention.sliding_window is not None:
+        return min(num_blocks, -(-layout.attention.sliding_window // layout.block_size) + 1)
+    return num_blocks
+
+
+def transfer_cost(prefill: RankLayout, decode: RankLayout, prompt_tokens: int, scheme: Scheme,
+                  *, num_runs: int = 1) -> TransferCost:
+    """One request, per decode rank. `num_runs`: contiguous runs the blocks of a group come in (ours only)."""
+    tokens = moved_tokens(decode, prompt_tokens)
+    geometry = _TpGeometry(prefill, decode)
+    groups = decode.groups
+    t = groups.num_tensors
+    attn_descs = attn_bytes = gdn_descs = gdn_bytes = 0
+    for group in groups.groups:
+        if group.kind.is_attention:
+            kept = blocks_kept(decode, group, tokens)
+            if scheme is Scheme.VLLM:
+                attn_descs += geometry.num_reads * 2 * t * kept * decode.kernel_blocks_per_block
+                attn_bytes += t * kept * decode.page_size_bytes
+            else:
+                attn_descs += geometry.num_attention_reads * t * min(max(1, num_runs), kept)
+                attn_bytes += t * _kernel_blocks_holding(decode, group, tokens, kept) * decode.kernel_page_size_bytes
+        else:
+            states = 1 + decode.request.num_speculative_tokens
+            per_state = VLLM_DESCRIPTORS_PER_GDN_STATE if scheme is Scheme.VLLM else geometry.ours_per_gdn_state
+            gdn_descs += geometry.num_reads * t * states * per_state
+            gdn_bytes += t * states * decode.gdn.real_page_size_bytes
+    return TransferCost(scheme=scheme, prompt_tokens=prompt_tokens, moved_tokens=tokens,
+                        num_reads=geometry.num_reads, attention_descriptors=attn_descs, gdn_descriptors=gdn_descs,
+                        attention_bytes=attn_bytes, gdn_bytes=gdn_bytes)
+
+
+def _kernel_blocks_holding(layout: RankLayout, group: KVCacheGroup, tokens: int, kept: int) -> int:
+    """Ours moves only the kernel blocks that hold tokens (the tail of the last logical block stays)."""
+    if group.kind is LayerKind.FULL_ATTENTION:
+        return -(-tokens // layout.kernel_block_size)
+    return kept * layout.kernel_blocks_per_block
+
+
+class _TpGeometry:
+    """Which prefill ranks one decode rank reads from (vLLM tp_ratio), and whether it reads head slices."""
+
+    def __init__(self, prefill: RankLayout, decode: RankLayout) -> None:
+        p_tp, d_tp = prefill.request.tp, decode.request.tp
+        self.num_reads = p_tp // d_tp if p_tp > d_tp else 1
+        p_heads, d_heads = prefill.attention.num_kv_heads, decode.attention.num_kv_heads
+        # P > D: one READ per prefill rank; replicated KV heads are read once, from the rank that holds them.
+        self.num_attention_reads = max(1, min(self.num_reads, d_heads // p_heads))
+        self.ours_per_gdn_state = 1 if p_tp == d_tp else 3

@@ -1,0 +1,78 @@
+"""`plan`: the layout on prefill and decode ranks, capacity, and per-prompt transfer cost in both schemes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hybridserve.core.capacity import Capacity, MemoryBudget, plan_capacity
+from hybridserve.core.descriptors import Scheme, TransferCost, transfer_cost
+from hybridserve.core.errors import InputError
+from hybridserve.core.layout import LayoutRequest, RankLayout, plan_layout
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    layout: LayoutRequest  # its `tp` is the prefill TP
+    decode_tp: int | None = None  # None: same as prefill
+    prompt_tokens: tuple[int, ...] = (1024, 8192, 32768)
+    num_runs: int = 1  # fragmentation of a request's blocks, for our scheme
+    budget: MemoryBudget | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestPlan:
+    prompt_tokens: int
+    vllm: TransferCost
+    ours: TransferCost
+    max_requests: int | None  # on one decode rank; None without a memory budget
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    request: PlanRequest
+    prefill: RankLayout
+    decode: RankLayout
+    capacity: Capacity | None  # of a decode rank
+    requests: tuple[RequestPlan, ...]
+
+
+def make_plan(request: PlanRequest) -> Plan:
+    for n in request.prompt_tokens:
+        if n < 1:
+            raise InputError(f"--prompt-len {n}: accepted: a positive number of tokens")
+    if request.num_runs < 1:
+        raise InputError(f"--runs {request.num_runs}: accepted: 1 or more contiguous runs")
+    prefill = plan_layout(request.layout)
+    decode_tp = request.decode_tp or request.layout.tp
+    decode = prefill if decode_tp == request.layout.tp else plan_layout(replace(request.layout, tp=decode_tp))
+    _check_same_blocks(prefill, decode)
+    capacity = plan_capacity(decode, request.budget) if request.budget else None
+    return Plan(request=request, prefill=prefill, decode=decode, capacity=capacity,
+                requests=tuple(_request_plan(prefill, decode, capacity, n, request.num_runs)
+                               for n in request.prompt_tokens))
+
+
+def _request_plan(prefill: RankLayout, decode: RankLayout, capacity: Capacity | None, tokens: int,
+                  runs: int) -> RequestPlan:
+    return RequestPlan(
+        prompt_tokens=tokens,
+        vllm=transfer_cost(prefill, decode, tokens, Scheme.VLLM),
+        ours=transfer_cost(prefill, decode, tokens, Scheme.OURS, num_runs=runs),
+        max_requests=capacity.max_requests(decode, tokens) if capacity else None,
+    )
+
+
+def _check_same_blocks(prefill: RankLayout, decode: RankLayout) -> None:
+    """vLLM's hybrid allocator over NIXL needs the same logical block size on both sides (block_size_ratio 1)."""
+    if prefill.block_size == decode.block_size:
+        return
+    common = max(prefill.block_size, decode.block_size)
+    for candidate in range(common, 16 * common + 1, 16):
+        a = plan_layout(replace(prefill.request, block_size=candidate))
+        b = plan_layout(replace(decode.request, block_size=candidate))
+        if a.block_size == b.block_size:
+            break
+    raise InputError(
+        f"--decode-tp {decode.request.tp}: prefill TP{prefill.request.tp} gets {prefill.block_size}-token blocks, "
+        f"decode TP{decode.request.tp} gets {decode.block_size}; vLLM needs them equal: "
+        f"accepted: --block-size {candidate}")

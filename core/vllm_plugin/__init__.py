@@ -1,0 +1,30 @@
+"""hybridserve's vLLM general plugin (entry point `vllm.general_plugins`: `hybridserve = ...:register`).
+
+vLLM calls `register()` in every process it starts (API server, engine core, workers, the model-inspection
+subprocess). One module per fix; each is off unless `hybridserve launch` set its variable (settings.py):
+
+- torchvision_shim: lets vLLM's Qwen3.5 code import PyPI's CUDA torchvision beside CPU torch (always on).
+- async_scheduling: keeps `--async-scheduling` on CPU on when asked; logs the engine's scheduler (log always on).
+- nixl_progress: a sleep in NIXL's UCX progress thread instead of a busy spin.
+- cpu_affinity: keeps the worker's compute thread on the cores launch assigned.
+"""
+
+from __future__ import annotations
+
+from hybridserve.core.vllm_plugin import async_scheduling, cpu_affinity, nixl_progress, settings, torchvision_shim
+from hybridserve.core.vllm_plugin.log import logger
+
+
+def register() -> None:
+    config = settings.from_env()
+    if config.is_disabled:
+        return
+    torchvision_shim.install()
+    async_scheduling.install_scheduler_log()
+    if config.keep_async_scheduling:
+        async_scheduling.install_keep_async()
+    if config.nixl_progress_delay_us is not None:
+        nixl_progress.install(config.nixl_progress_delay_us)
+    if config.cpu_cores is not None:
+        cpu_affinity.install(config.cpu_cores)
+    logger.debug("hybridserve plugin registered: %s", config)

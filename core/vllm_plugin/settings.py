@@ -1,0 +1,57 @@
+"""The plugin's switches: environment variables that `hybridserve launch` sets per role.
+
+vLLM loads every installed general plugin in every vLLM process of the environment, so each fix is off unless
+its variable is set; only the torchvision import shim and the one-line scheduler log are always on (both are
+harmless). Values are parsed here, once.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+NIXL_PROGRESS_DELAY_US = "HYBRIDSERVE_NIXL_PROGRESS_DELAY_US"
+CPU_CORES = "HYBRIDSERVE_CPU_CORES"
+KEEP_ASYNC_SCHEDULING = "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING"
+DISABLE = "HYBRIDSERVE_PLUGIN_DISABLE"  # "1": the plugin does nothing at all (for A/B measurements)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PluginSettings:
+    is_disabled: bool = False
+    nixl_progress_delay_us: int | None = None  # None: leave NIXL's progress thread as it is (delay 0, spins)
+    cpu_cores: tuple[int, ...] | None = None  # None: let NixlConnector move the compute thread (stock)
+    keep_async_scheduling: bool = False
+
+
+def parse_cores(text: str) -> tuple[int, ...]:
+    """'0', '0-3', '0,2,4-5' (the VLLM_CPU_OMP_THREADS_BIND syntax for one rank) -> sorted core ids."""
+    cores: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        lo, _, hi = part.partition("-")
+        first, last = int(lo), int(hi or lo)
+        if first < 0 or last < first:
+            raise ValueError(f"bad core range {part!r}")
+        cores.update(range(first, last + 1))
+    if not cores:
+        raise ValueError(f"no cores in {text!r}")
+    return tuple(sorted(cores))
+
+
+def format_cores(cores: tuple[int, ...]) -> str:
+    return ",".join(str(c) for c in cores)
+
+
+def from_env(env: dict[str, str] | None = None) -> PluginSettings:
+    env = dict(os.environ) if env is None else env
+    delay = env.get(NIXL_PROGRESS_DELAY_US, "").strip()
+    cores = env.get(CPU_CORES, "").strip()
+    return PluginSettings(
+        is_disabled=env.get(DISABLE) == "1",
+        nixl_progress_delay_us=int(delay) if delay else None,
+        cpu_cores=parse_cores(cores) if cores else None,
+        keep_async_scheduling=env.get(KEEP_ASYNC_SCHEDULING) == "1",
+    )
