@@ -1,0 +1,69 @@
+"""The `flashinfer` backend: `flashinfer.gdn_prefill.chunk_gated_delta_rule` (CuTe DSL on sm90, sm100, sm120).
+
+Conversions at this edge only: FlashInfer's gate is linear (alpha = exp(g); log-space input gives NaN), its state
+is [N, Hv, V, K] (the transpose of ours), cu_seqlens is required, head size must be 128. A missing initial state
+is passed as zeros, as vLLM's adapter does, so one compiled specialization serves both cases.
+Knobs: use_cp in {auto, False, True} (context parallelism across a sequence's chunks) and, with CP, the CP chunk
+length (a multiple of 512 here; FlashInfer's granularity).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Any
+
+import torch
+
+from hybridserve.kernels.backend import OK, Backend, Capabilities, KnobSetting, Support
+from hybridserve.kernels.inputs import GdnShape
+
+CP_CHUNK_LENGTHS = (512, 1024, 2048, 4096)
+
+
+@functools.cache
+def _load() -> Any:
+    return importlib.import_module("flashinfer.gdn_prefill")
+
+
+class FlashInferBackend(Backend):
+    name = "flashinfer"
+    vllm_setting = "flashinfer"
+    capabilities = Capabilities(
+        devices=frozenset({"cuda"}),
+        dtypes=frozenset({torch.bfloat16, torch.float16}),
+        head_dims=frozenset({128}),
+        min_compute_capability=(9, 0),
+        requires_equal_head_dims=True,
+    )
+
+    def availability(self) -> Support:
+        try:
+            _load()
+        except Exception as exc:
+            return Support(is_ok=False, reason=f"flashinfer.gdn_prefill not importable ({type(exc).__name__}: "
+                                               f"{exc})"[:160])
+        if not torch.cuda.is_available():
+            return Support(is_ok=False, reason="needs a CUDA GPU")
+        return OK
+
+    def knob_space(self, shape: GdnShape) -> list[KnobSetting]:
+        settings: list[KnobSetting] = [(("use_cp", "auto"),), (("use_cp", False),), (("use_cp", True),)]
+        longest = max(shape.seqlens, default=0)
+        settings += [(("use_cp", True), ("cp_chunk_len", n)) for n in CP_CHUNK_LENGTHS if n < longest]
+        return settings
+
+    def prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
+                max_seqlen=None, **knobs: Any):
+        num_seqs, num_value_heads = cu_seqlens.shape[0] - 1, v.shape[1]
+        if initial_state is None:
+            state = torch.zeros(num_seqs, num_value_heads, v.shape[2], k.shape[2], dtype=torch.float32,
+                                device=q.device)
+        else:
+            state = initial_state.transpose(-1, -2).contiguous()
+        o, final = _load().chunk_gated_delta_rule(
+            q.contiguous(), k.contiguous(), v.contiguous(), g=torch.exp(g.float()), beta=beta.float(),
+            scale=scale, initial_state=state, output_final_state=True, cu_seqlens=cu_seqlens,
+            use_cp=knobs.get("use_cp", "auto"), _cp_chunk_len=knobs.get("cp_chunk_len"), max_seqlen=max_seqlen,
+        )
+        return o, (final.transpose(-1, -2) if output_final_state else None)
