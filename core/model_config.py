@@ -16,7 +16,7 @@ def spec_from_config(config: Any, *, name: str, source: str | None = None) -> Mo
         raise InputError(f"model {name}: config must be a JSON object, got {type(config).__name__}")
     cfg = text_config(config)
     model_type = cfg.get("model_type")
-    if model_type not in SUPPORTED_MODEL_TYPES:
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         accepted = ", ".join(sorted(SUPPORTED_MODEL_TYPES))
         raise InputError(f"model {name}: unsupported model_type {model_type!r}; supported: {accepted}")
     field = _Fields(cfg, name)

@@ -1,0 +1,76 @@
+"""Descriptor counts: vLLM's published numbers, and our scheme's."""
+
+import pytest
+
+from hybridserve.core.attention_backend import AttentionBackend
+from hybridserve.core.descriptors import Scheme, transfer_cost
+from hybridserve.core.dtypes import DType
+from hybridserve.core.layout import LayoutRequest, plan_layout
+from hybridserve.core.profiles import load_model
+
+FA, FI = AttentionBackend.FLASH_ATTN, AttentionBackend.FLASHINFER
+
+
+def cost(model, scheme, tokens, *, p_tp=1, d_tp=1, runs=1, **kw):
+    spec = load_model(model)
+    p = plan_layout(LayoutRequest(model=spec, tp=p_tp, **kw))
+    d = plan_layout(LayoutRequest(model=spec, tp=d_tp, **kw))
+    return transfer_cost(p, d, tokens, scheme, num_runs=runs)
+
+
+@pytest.mark.parametrize("backend, expected", [(FA, 2 * 15 * 8 * 1 + 12 * 15), (FI, 2 * 15 * 8 * 67 + 12 * 15)],
+                         ids=["flash_attn-420", "flashinfer-16260"])
+def test_vllm_397b_8k(backend, expected):
+    c = cost("qwen3.5-397b-a17b", Scheme.VLLM, 8192, backend=backend, ssm_dtype=DType.BFLOAT16)
+    assert c.total_descriptors == expected
+    assert expected in (420, 16_260)
+    assert c.moved_tokens == 8191
+
+
+def test_ours_397b_flashinfer_8k_is_under_a_tenth_of_vllm():
+    ours = cost("qwen3.5-397b-a17b", Scheme.OURS, 8192, backend=FI, ssm_dtype=DType.BFLOAT16)
+    assert ours.total_descriptors == 15 * 1 + 3 * 15  # one run per tensor + one per GDN state
+    assert ours.total_descriptors * 10 <= 16_260
+
+
+def test_gemma_4284_without_and_1650_with_hybrid_allocator():
+    tokens = 63 * 64  # a request spanning 63 blocks of 64 tokens; no N-1 rule without GDN layers
+    no_hma = cost("gemma-3-4b-it", Scheme.VLLM, tokens, block_size=64, hybrid_allocator=False)
+    hma = cost("gemma-3-4b-it", Scheme.VLLM, tokens, block_size=64)
+    assert no_hma.total_descriptors == 2 * 34 * 63 == 4284
+    assert hma.total_descriptors == 10 * (63 + 6 * (1024 // 64 + 1)) == 1650
+
+
+def test_padding_never_moves_and_ours_trims_the_last_block():
+    c_vllm = cost("qwen3.5-397b-a17b", Scheme.VLLM, 8192, backend=FI, ssm_dtype=DType.BFLOAT16)
+    c_ours = cost("qwen3.5-397b-a17b", Scheme.OURS, 8192, backend=FI, ssm_dtype=DType.BFLOAT16)
+    assert c_vllm.gdn_bytes == c_ours.gdn_bytes == 45 * (73_728 + 2_097_152)
+    assert c_vllm.attention_bytes == 15 * 8 * 1072 * 2048
+    assert c_ours.attention_bytes == 15 * -(-8191 // 16) * 16 * 2048
+
+
+def test_fragmentation_grows_ours_with_runs_not_tokens():
+    counts = [cost("qwen3.5-397b-a17b", Scheme.OURS, 8192, backend=FI, runs=r, ssm_dtype=DType.BFLOAT16)
+              .total_descriptors for r in (1, 4, 100)]
+    assert counts == [15 + 45, 15 * 4 + 45, 15 * 8 + 45]  # at most one run per block
+
+
+def test_speculative_tokens_move_extra_state_blocks():
+    c = cost("qwen3.5-0.8b", Scheme.VLLM, 1000, num_speculative_tokens=2)
+    assert c.gdn_descriptors == 12 * 6 * 3
+
+
+@pytest.mark.parametrize("p_tp, d_tp, reads, ours_gdn_per_state", [(1, 2, 1, 3), (2, 1, 2, 3), (4, 2, 2, 3)],
+                         ids=["1to2", "2to1", "4to2"])
+def test_hetero_tp_reads_and_strided_slices(p_tp, d_tp, reads, ours_gdn_per_state):
+    kw = dict(block_size=1088, ssm_dtype=DType.BFLOAT16)
+    vllm = cost("qwen3.5-397b-a17b", Scheme.VLLM, 4096, p_tp=p_tp, d_tp=d_tp, **kw)
+    ours = cost("qwen3.5-397b-a17b", Scheme.OURS, 4096, p_tp=p_tp, d_tp=d_tp, **kw)
+    assert vllm.num_reads == ours.num_reads == reads
+    assert vllm.gdn_descriptors == reads * 12 * 15
+    assert ours.gdn_descriptors == reads * 3 * 15 * ours_gdn_per_state
+
+
+def test_zero_moved_tokens_moves_only_state():
+    c = cost("qwen3.5-0.8b", Scheme.VLLM, 1)
+    assert c.moved_tokens == 0 and c.attention_descriptors == 0 and c.gdn_descriptors == 12 * 6
