@@ -5,6 +5,8 @@ from __future__ import annotations
 import typer
 
 from hybridserve.cli import plan
+from hybridserve.cli import verify
+from hybridserve.cli import launch
 from hybridserve.cli.guard import guarded
 
 app = typer.Typer(
@@ -24,6 +26,10 @@ def _root() -> None:
 
 # Register only commands that work. Each command module exposes `command`; sub-apps expose `app`.
 app.command("plan")(guarded(plan.command))
+# verify/tune take `--tp 1 2 4 8` and `--shapes 1x1024 4x4096`: the values after the first arrive as extra args.
+_MANY = {"allow_extra_args": True}
+app.command("verify", context_settings=_MANY)(guarded(verify.command))
+app.command("launch")(guarded(launch.command))
 
 
 def main() -> None:
