@@ -49,6 +49,7 @@ class Agent:
         self.name = incarnation_name(role, rank)
         self._releases: dict[int, tuple[str, Callable[[], None]]] = {}
         self._keys = itertools.count()
+        self.inbox: list[tuple[str, bytes]] = []  # notifications not yet claimed by a waiter
         config = api.nixl_agent_config(enable_prog_thread=progress_delay_us is not None, enable_listen_thread=False,
                                        capture_telemetry=telemetry, backends=["UCX"])
         try:

@@ -14,6 +14,9 @@ class TransferError(CouldNotRunError):
         self.phase = phase
         self.detail = detail
 
+    def __reduce__(self):  # crosses process boundaries (rank processes report errors to the driver)
+        return _restore, (type(self), self.args, self.__dict__)
+
 
 class TransferTimeout(TransferError):
     """A wait ran past its deadline (NIXL's own waits never raise, so every wait here has one)."""
@@ -30,3 +33,10 @@ class IncompatiblePeerError(InputError):
 
 class DescriptorRangeError(InputError):
     """A descriptor falls outside the registered regions: refused before any byte moves."""
+
+
+def _restore(cls: type, args: tuple, state: dict) -> Exception:
+    exc = cls.__new__(cls)
+    Exception.__init__(exc, *args)
+    exc.__dict__.update(state)
+    return exc

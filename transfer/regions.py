@@ -1,0 +1,74 @@
+"""The memory one rank registers, laid out as vLLM lays it out for a plan.
+
+T shared tensors (one per KVCacheTensor, vLLM `_allocate_kv_cache_tensors`: raw int8 buffers), each
+num_blocks x page bytes; block b of every tensor is the byte range [b*page, (b+1)*page). Inside it an attention
+block is `kernel_blocks_per_block` kernel blocks of [K | V], heads outermost (HND); a GDN block is
+[conv rows Q|K|V (DS) | SSM state | padding]. vLLM registers one region per unique tensor base: T regions.
+
+Contents are a pattern: 8-byte words that are a function of (seed, tensor, byte offset), so any rank can
+recompute any other rank's bytes to check a transfer without moving them twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from hybridserve.core.layout import RankLayout
+from hybridserve.transfer.geometry import Side
+
+_MULT = 0x9E3779B1
+_SALT = 0x632BE5AB
+
+
+def pattern(seed: int, tensor: int, start: int, num_bytes: int, device: Any = "cpu") -> Any:
+    """The pattern bytes [start, start + num_bytes) of `tensor` (both multiples of 8)."""
+    import torch
+
+    words = torch.arange(start // 8, (start + num_bytes) // 8, dtype=torch.int64, device=device)
+    return words.mul_(_MULT).add_((seed * 1_000_003 + tensor + 1) * _SALT).view(torch.uint8)
+
+
+@dataclass
+class Regions:
+    """The T tensors of one rank (torch uint8, DRAM or VRAM)."""
+
+    layout: RankLayout
+    rank: int
+    num_blocks: int
+    seed: int
+    tensors: list[Any]
+    device_id: int
+
+    @property
+    def mem(self) -> str:
+        return "VRAM" if self.tensors[0].is_cuda else "DRAM"
+
+    def side(self) -> Side:
+        return Side(layout=self.layout, rank=self.rank, bases=tuple(t.data_ptr() for t in self.tensors),
+                    num_blocks=self.num_blocks, device=self.device_id)
+
+    def rows(self) -> list[tuple[int, int, int]]:
+        return [(t.data_ptr(), t.numel(), self.device_id) for t in self.tensors]
+
+    def fill(self, blocks: list[int] | None = None) -> None:
+        """Write the pattern over every block (or only `blocks`)."""
+        page = self.layout.page_size_bytes
+        for j, t in enumerate(self.tensors):
+            if blocks is None:
+                t.copy_(pattern(self.seed, j, 0, t.numel(), t.device))
+                continue
+            for b in blocks:
+                t[b * page:(b + 1) * page].copy_(pattern(self.seed, j, b * page, page, t.device))
+
+
+def allocate(layout: RankLayout, rank: int, num_blocks: int, *, seed: int, device: str = "cpu") -> Regions:
+    import torch
+
+    dev = torch.device(device)
+    size = num_blocks * layout.page_size_bytes
+    tensors = [torch.empty(size, dtype=torch.uint8, device=dev) for _ in range(layout.num_tensors)]
+    regions = Regions(layout=layout, rank=rank, num_blocks=num_blocks, seed=seed, tensors=tensors,
+                      device_id=dev.index or 0)
+    regions.fill()
+    return regions
