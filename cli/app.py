@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from hybridserve.cli import plan
-from hybridserve.cli import verify
+from hybridserve.cli import tune, verify
 from hybridserve.cli import launch
 from hybridserve.cli.guard import guarded
 
@@ -29,6 +29,7 @@ app.command("plan")(guarded(plan.command))
 # verify/tune take `--tp 1 2 4 8` and `--shapes 1x1024 4x4096`: the values after the first arrive as extra args.
 _MANY = {"allow_extra_args": True}
 app.command("verify", context_settings=_MANY)(guarded(verify.command))
+app.command("tune", context_settings=_MANY)(guarded(tune.command))
 app.command("launch")(guarded(launch.command))
 
 

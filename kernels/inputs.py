@@ -63,11 +63,12 @@ def make_inputs(
 ) -> GdnInputs:
     """q, k L2-normalised (as the model's prep kernel leaves them); g = log(sigmoid(.)) mostly near 0 so the state
     remembers tens to hundreds of tokens; beta = sigmoid(.); initial state ~ N(0, 0.1) float32."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
+    device = torch.device(device)
+    gen = torch.Generator(device=device).manual_seed(seed)  # drawn where used: big GPU inputs never cross PCIe
     t, hk, hv = shape.num_tokens, shape.num_key_heads, shape.num_value_heads
 
     def randn(*size: int) -> torch.Tensor:
-        return torch.randn(*size, generator=gen, dtype=torch.float32)
+        return torch.randn(*size, generator=gen, dtype=torch.float32, device=device)
 
     q = torch.nn.functional.normalize(randn(t, hk, shape.key_head_dim), dim=-1, eps=1e-6)
     k = torch.nn.functional.normalize(randn(t, hk, shape.key_head_dim), dim=-1, eps=1e-6)

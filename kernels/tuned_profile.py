@@ -1,0 +1,107 @@
+"""The tuned profile: per (TP heads, batch shape) the fastest verified backend setting, as YAML."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hybridserve.core.errors import InputError
+from hybridserve.kernels.backend import KnobSetting, knob_label
+
+SCHEMA = "hybridserve.tuned-gdn-prefill/1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Choice:
+    backend: str
+    knobs: KnobSetting = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.backend}[{knob_label(self.knobs)}]"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TunedEntry:
+    tp: int
+    num_key_heads: int
+    num_value_heads: int
+    key_head_dim: int
+    value_head_dim: int
+    num_seqs: int
+    seq_len: int
+    winner: Choice
+    winner_ms: float  # the winner's time in the confirmation pass
+    best_ms: float  # the fastest setting in the confirmation pass (winner_ms / best_ms - 1 = dispatch's loss)
+    fla_ms: float | None
+    flashinfer_auto_ms: float | None
+    times_ms: dict[str, float]  # every verified setting, confirmation pass
+    first_pass_ms: dict[str, float] = field(default_factory=dict)  # the pass that picked the winner
+    rejected: dict[str, str] = field(default_factory=dict)  # setting -> why (wrong result, raised)
+    ranked: tuple[Choice, ...] = ()  # verified settings, fastest first (dispatch falls back along it)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TunedProfile:
+    gpu: str
+    device: str
+    model: str
+    dtype: str
+    created_utc: str
+    versions: dict[str, str]
+    vllm_gdn_prefill_backend: str | None  # the single vLLM setting closest to the tuned result
+    vllm_setting_geomean_ms: dict[str, float]
+    timing: dict[str, Any]
+    entries: tuple[TunedEntry, ...]
+
+
+def _choice_dict(c: Choice) -> dict:
+    return {"backend": c.backend, "knobs": dict(c.knobs)}
+
+
+def to_dict(profile: TunedProfile) -> dict:
+    data = asdict(profile)
+    data["entries"] = []
+    for e in profile.entries:
+        row = asdict(e)
+        row["winner"] = _choice_dict(e.winner)
+        row["ranked"] = [_choice_dict(c) for c in e.ranked]
+        data["entries"].append(row)
+    return {"schema": SCHEMA, **data}
+
+
+def write_profile(profile: TunedProfile, path: Path) -> None:
+    """Written to a temporary file beside `path`, then renamed: never half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            yaml.safe_dump(to_dict(profile), fh, sort_keys=False, width=120)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _choice(raw: dict) -> Choice:
+    return Choice(backend=str(raw["backend"]), knobs=tuple((raw.get("knobs") or {}).items()))
+
+
+def read_profile(path: Path) -> TunedProfile:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+            raise ValueError(f"schema is not {SCHEMA}")
+        entries = tuple(
+            TunedEntry(**{**e, "winner": _choice(e["winner"]), "ranked": tuple(_choice(c) for c in e["ranked"])})
+            for e in data["entries"])
+        fields = {k: v for k, v in data.items() if k not in ("schema", "entries")}
+        return TunedProfile(**fields, entries=entries)
+    except (OSError, yaml.YAMLError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"--profile {path}: not a tuned GDN prefill profile ({exc}); accepted: a YAML file "
+                         f"written by `hybridserve tune`") from None
