@@ -7,11 +7,14 @@ subprocess). One module per fix; each is off unless `hybridserve launch` set its
 - async_scheduling: keeps `--async-scheduling` on CPU on when asked; logs the engine's scheduler (log always on).
 - nixl_progress: a sleep in NIXL's UCX progress thread instead of a busy spin.
 - cpu_affinity: keeps the worker's compute thread on the cores launch assigned.
+- transfer_log: one decode-side log line per request whose KV + GDN state arrived over NIXL (always on).
 """
 
 from __future__ import annotations
 
-from hybridserve.core.vllm_plugin import async_scheduling, cpu_affinity, nixl_progress, settings, torchvision_shim
+from hybridserve.core.vllm_plugin import (
+    async_scheduling, cpu_affinity, nixl_progress, settings, torchvision_shim, transfer_log,
+)
 from hybridserve.core.vllm_plugin.log import logger
 
 
@@ -19,8 +22,9 @@ def register() -> None:
     config = settings.from_env()
     if config.is_disabled:
         return
-    torchvision_shim.install()
+    torchvision_shim.install_lazy()
     async_scheduling.install_scheduler_log()
+    transfer_log.install()
     if config.keep_async_scheduling:
         async_scheduling.install_keep_async()
     if config.nixl_progress_delay_us is not None:

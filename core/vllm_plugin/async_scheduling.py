@@ -16,7 +16,7 @@ from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 
 CPU_PLATFORM_MODULE = "vllm.platforms.cpu"
-ENGINE_CORE_MODULE = "vllm.v1.engine.core"
+SCHEDULER_MODULE = "vllm.v1.core.sched.scheduler"  # AsyncScheduler subclasses its Scheduler
 SCHEDULER_LOG_PREFIX = "hybridserve: engine scheduler"
 
 
@@ -37,20 +37,21 @@ def patch_cpu_platform(module: ModuleType) -> None:
     platform.check_and_update_config = classmethod(check_and_update_config)
 
 
-def patch_engine_core(module: ModuleType) -> None:
-    engine_core = module.EngineCore
-    original = engine_core.__init__
+def patch_scheduler(module: ModuleType) -> None:
+    """Log from the scheduler's constructor: it runs after plugins load (EngineCore.__init__ loads them first)."""
+    scheduler = module.Scheduler
+    original = scheduler.__init__
     if getattr(original, "_hybridserve", False):
         return
 
-    def __init__(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
-        original(self, vllm_config, *args, **kwargs)
-        scheduler = getattr(self, "scheduler", None)
-        logger.info("%s %s (async_scheduling=%s)", SCHEDULER_LOG_PREFIX, type(scheduler).__name__,
-                    vllm_config.scheduler_config.async_scheduling)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
+        original(self, *args, **kwargs)
+        config = getattr(self, "vllm_config", None) or kwargs.get("vllm_config")
+        is_async = getattr(getattr(config, "scheduler_config", None), "async_scheduling", None)
+        logger.info("%s %s (async_scheduling=%s)", SCHEDULER_LOG_PREFIX, type(self).__name__, is_async)
 
     __init__._hybridserve = True  # type: ignore[attr-defined]
-    engine_core.__init__ = __init__
+    scheduler.__init__ = __init__
 
 
 def install_keep_async() -> None:
@@ -58,4 +59,4 @@ def install_keep_async() -> None:
 
 
 def install_scheduler_log() -> None:
-    after_import(ENGINE_CORE_MODULE, patch_engine_core)
+    after_import(SCHEDULER_MODULE, patch_scheduler)

@@ -6,9 +6,13 @@ load, `extension._has_ops()` is False, and `_meta_registrations.py` then dies on
 code imports torchvision (via transformers' Qwen2-VL image processor), so the model cannot even be inspected.
 
 The fix edits no installed file: when the extension cannot load, define the two operator schemas that module
-registers fakes for (`nms`, `qnms`) in a torch.library fragment. Calling them would still fail (no kernel),
+registers fakes for (`nms`, `qnms`) in a torch.library fragment, just before torchvision is first imported. Calling them would still fail (no kernel),
 which is the truth: the ops are not available; only the import succeeds. Where the extension loads (a CPU or
 matching CUDA build), nothing is done.
+
+vLLM imports torchvision at `import vllm.config`, before it loads any plugin, in the API server and in its
+model-inspection subprocess; so `launch` also puts startup/sitecustomize.py on the servers' PYTHONPATH, which
+arms this shim at interpreter start in every process of the server.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import importlib.util
 import logging
 import sys
 from pathlib import Path
+
+from hybridserve.core.vllm_plugin.import_hooks import before_import
 
 logger = logging.getLogger(__name__)
 
@@ -60,3 +66,8 @@ def install() -> bool:
     _fragment = fragment
     logger.info("hybridserve: torchvision C ops unavailable here; defined nms/qnms schemas so it imports")
     return True
+
+
+def install_lazy() -> None:
+    """Apply the shim just before the first `import torchvision` of this process (costs nothing otherwise)."""
+    before_import("torchvision", install)

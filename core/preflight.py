@@ -1,0 +1,101 @@
+"""Refuse, before anything starts, what vLLM would accept and then silently corrupt or crash on.
+
+vLLM's NIXL compatibility hash covers the vLLM version, model and attention backend, but not the SSM or conv
+state dtypes, the conv state layout, TP or block sizes: a prefill/decode pair that differs there starts fine
+and then moves state that the other side reads wrongly. Each refusal is one line naming both values.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import socket
+from collections.abc import Callable
+
+from hybridserve.core.errors import InputError, MissingExtraError
+from hybridserve.core.launch import LaunchPlan, Role, RoleCommand
+from hybridserve.core.launch_engine import CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT
+from hybridserve.core.topology import Device
+
+# (module, purpose) each role needs; the extra to install depends on the device.
+_ENGINE_MODULES = (("vllm", "the prefill/decode servers"), ("nixl", "the KV + GDN state transfer"))
+_PROXY_MODULES = (("fastapi", "the proxy"), ("uvicorn", "the proxy"), ("httpx", "the proxy"))
+
+
+def preflight(plan: LaunchPlan, *, is_module_available: Callable[[str], bool] | None = None,
+              is_port_free: Callable[[str, int], bool] | None = None) -> None:
+    """Raise InputError / MissingExtraError for the first problem found; return None when all is well."""
+    check_pairs(plan)
+    check_conv_layout(plan)
+    check_extras(plan, is_module_available or _is_module_available)
+    check_ports(plan, is_port_free or is_tcp_port_free)
+
+
+def check_pairs(plan: LaunchPlan) -> None:
+    """Every prefill and every decode instance must agree on state dtypes and block sizes."""
+    caches = plan.caches
+    first_name, first = caches[0]
+    for name, cache in caches[1:]:
+        for what, a, b in (
+            ("--mamba-ssm-cache-dtype (SSM state dtype)", first.ssm_dtype.value, cache.ssm_dtype.value),
+            ("--mamba-cache-dtype (conv state dtype)", first.conv_dtype.value, cache.conv_dtype.value),
+            ("block size (tokens)", first.block_size, cache.block_size),
+            ("kernel block size (tokens)", first.kernel_block_size, cache.kernel_block_size),
+        ):
+            if a != b:
+                raise InputError(f"{what} differs: {first_name} has {a}, {name} has {b}; "
+                                 f"accepted: the same value on every prefill and decode instance")
+
+
+def check_conv_layout(plan: LaunchPlan) -> None:
+    topology = plan.topology
+    for kind, instances in (("prefill", topology.prefill), ("decode", topology.decode)):
+        for i, inst in enumerate(instances):
+            layout = dict(inst.env).get(CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT)
+            if layout != REQUIRED_CONV_LAYOUT:
+                raise InputError(f"{kind}-{i}: {CONV_LAYOUT_ENV}={layout}; accepted: {REQUIRED_CONV_LAYOUT} "
+                                 f"(NIXL moves GDN conv state only in the dim-first layout, on both sides)")
+
+
+def check_extras(plan: LaunchPlan, is_available: Callable[[str], bool]) -> None:
+    extra = "cpu" if plan.topology.device is Device.CPU else "cuda"
+    roles = {c.role for c in plan.commands}
+    needed = (_ENGINE_MODULES if roles & {Role.PREFILL, Role.DECODE} else ()) + (
+        _PROXY_MODULES if Role.PROXY in roles else ())
+    for module, purpose in needed:
+        if not is_available(module):
+            raise MissingExtraError(module, extra, f"launch --role {plan.role.value}: {purpose}")
+
+
+def check_ports(plan: LaunchPlan, is_free: Callable[[str, int], bool]) -> None:
+    seen: dict[tuple[str, int], str] = {}
+    for command in plan.commands:
+        for port in _ports(command):
+            key = (command.host, port)
+            if key in seen:
+                raise InputError(f"{command.name}: port {port} on {command.host} is also given to {seen[key]}; "
+                                 f"accepted: a distinct port per role on one host")
+            seen[key] = command.name
+            if not is_free(command.host, port):
+                raise InputError(f"{command.name}: port {port} on {command.host} is in use; "
+                                 f"accepted: a free port (stop what holds it or change the topology)")
+
+
+def is_tcp_port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _ports(command: RoleCommand) -> tuple[int, ...]:
+    return (command.port,) if command.side_channel_port is None else (command.port, command.side_channel_port)
+
+
+def _is_module_available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False

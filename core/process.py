@@ -1,0 +1,95 @@
+"""Start role processes in their own process groups, with logs in a run folder, and stop them without orphans.
+
+Each child gets its own session (`setsid`), so stopping a role signals its whole group: vLLM's API server, its
+engine core and worker processes all go, and the ports are freed. Stopping is SIGTERM, a grace period, then
+SIGKILL for what is left.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from hybridserve.core.errors import CouldNotRunError
+from hybridserve.core.launch import RoleCommand
+
+
+class RunningRole:
+    """A started role: its command, its process (group leader) and its log file."""
+
+    def __init__(self, command: RoleCommand, popen: subprocess.Popen, log_path: Path) -> None:
+        self.command, self.popen, self.log_path = command, popen, log_path
+
+    @property
+    def name(self) -> str:
+        return self.command.name
+
+    @property
+    def is_running(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, num_lines: int = 5) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return " | ".join(line.strip() for line in lines[-num_lines:])
+
+
+def start_role(command: RoleCommand, run_dir: Path) -> RunningRole:
+    """Start one role; its stdout and stderr go to `<run_dir>/<name>.log`; cwd is the run folder."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = run_dir / f"{command.name}.log"
+    env = child_env(command)
+    with open(log_path, "ab") as log:
+        try:
+            popen = subprocess.Popen(command.argv, env=env, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        except OSError as exc:
+            raise CouldNotRunError(f"{command.name}: cannot start {command.argv[0]} ({exc})") from None
+    return RunningRole(command, popen, log_path)
+
+
+def child_env(command: RoleCommand) -> dict[str, str]:
+    """The caller's environment with the role's variables on top; PYTHONPATH is prepended, not replaced."""
+    env = {**os.environ, **dict(command.env)}
+    inherited = os.environ.get("PYTHONPATH")
+    if "PYTHONPATH" in dict(command.env) and inherited:
+        env["PYTHONPATH"] = dict(command.env)["PYTHONPATH"] + os.pathsep + inherited
+    return env
+
+
+def stop_roles(roles: Iterable[RunningRole], *, grace_s: float = 15.0) -> None:
+    """SIGTERM every role's process group, wait up to `grace_s`, then SIGKILL the groups still alive."""
+    roles = list(roles)
+    for role in roles:
+        _signal_group(role, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for role in roles:
+        try:
+            role.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    for role in roles:
+        _signal_group(role, signal.SIGKILL)  # also reaps grandchildren the leader left behind
+        try:
+            role.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def kill_role(role: RunningRole) -> None:
+    """SIGKILL a role's whole group at once (fault tests: a server that dies without warning)."""
+    _signal_group(role, signal.SIGKILL)
+    role.popen.wait(timeout=10)
+
+
+def _signal_group(role: RunningRole, sig: signal.Signals) -> None:
+    try:
+        os.killpg(role.popen.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,44 @@
+"""Wait until started roles answer `GET /health` with 200; fail fast, naming the role, when one exits."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+
+from hybridserve.core.errors import CouldNotRunError
+from hybridserve.core.process import RunningRole
+
+ProgressCallback = Callable[[str, bool], None]  # (role name, is_healthy)
+
+
+def is_healthy(url: str, *, timeout_s: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_healthy(roles: Sequence[RunningRole], *, timeout_s: float, poll_s: float = 0.5,
+                 on_progress: ProgressCallback | None = None) -> None:
+    """Return when every role is healthy; raise CouldNotRunError when one exits or the deadline passes."""
+    deadline = time.monotonic() + timeout_s
+    pending = {role.name: role for role in roles}
+    while pending:
+        for name, role in list(pending.items()):
+            if not role.is_running:
+                raise CouldNotRunError(f"{name} exited with code {role.popen.returncode} before it was healthy; "
+                                       f"log {role.log_path}: {role.log_tail()}")
+            if is_healthy(role.command.url):
+                del pending[name]
+                if on_progress:
+                    on_progress(name, True)
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            names = ", ".join(sorted(pending))
+            raise CouldNotRunError(f"{names} not healthy after {timeout_s:.0f} s; logs in "
+                                   f"{next(iter(pending.values())).log_path.parent}")
+        time.sleep(poll_s)

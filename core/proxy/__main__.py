@@ -1,0 +1,36 @@
+"""`python -m hybridserve.core.proxy --prefill URL --decode URL [--host H --port P ...]`: what launch starts."""
+
+from __future__ import annotations
+
+import argparse
+
+from hybridserve.core.proxy.config import ProxyConfig
+from hybridserve.core.topology import RoutingPolicy
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
+    parser = argparse.ArgumentParser(prog="python -m hybridserve.core.proxy", description=__doc__)
+    parser.add_argument("--prefill", action="append", required=True, help="prefill server URL (repeatable)")
+    parser.add_argument("--decode", action="append", required=True, help="decode server URL (repeatable)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--policy", default="round_robin", choices=[p.value for p in RoutingPolicy])
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per hop before the request fails")
+    parser.add_argument("--model-name", default=None)
+    args = parser.parse_args(argv)
+    config = ProxyConfig(prefill_urls=tuple(args.prefill), decode_urls=tuple(args.decode),
+                         policy=RoutingPolicy.parse(args.policy), timeout_s=args.timeout, model_name=args.model_name)
+    return config, args.host, args.port
+
+
+def main(argv: list[str] | None = None) -> None:
+    import uvicorn
+
+    from hybridserve.core.proxy.app import create_app
+
+    config, host, port = parse_args(argv)
+    uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False)
+
+
+if __name__ == "__main__":
+    main()

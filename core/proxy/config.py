@@ -1,0 +1,16 @@
+"""The proxy's settings: where the prefill and decode servers are, how to pick one, how long to wait."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridserve.core.topology import RoutingPolicy
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxyConfig:
+    prefill_urls: tuple[str, ...]
+    decode_urls: tuple[str, ...]
+    policy: RoutingPolicy = RoutingPolicy.ROUND_ROBIN
+    timeout_s: float = 120.0  # per hop (connect, each read): a server that stalls fails the request, never hangs it
+    model_name: str | None = None

@@ -1,0 +1,68 @@
+"""The two hops of a P/D request: prefill with max_tokens=1, then decode with the returned kv_transfer_params.
+
+Every failure becomes a HopError that names the role, the server and why; the app turns it into an HTTP error.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import httpx
+
+# What vLLM's NixlConnector expects on the prefill hop (toy_proxy_server.py protocol).
+PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+                     "remote_block_ids": None, "remote_host": None, "remote_port": None}
+
+
+class HopError(Exception):
+    def __init__(self, role: str, url: str, status: int, reason: str) -> None:
+        super().__init__(f"{role} server {url} failed: {reason}")
+        self.role, self.url, self.status, self.reason = role, url, status, reason
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": f"{self.role}_failed", "role": self.role,
+                          "code": self.status}}
+
+
+def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(body)
+    out.update(max_tokens=1, stream=False, kv_transfer_params=dict(PREFILL_KV_PARAMS))
+    if "max_completion_tokens" in out:
+        out["max_completion_tokens"] = 1
+    for key in ("stream_options", "min_tokens"):
+        out.pop(key, None)
+    return out
+
+
+def decode_body(body: dict[str, Any], kv_transfer_params: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(body)
+    out["kv_transfer_params"] = kv_transfer_params
+    return out
+
+
+async def post_json(client: httpx.AsyncClient, role: str, url: str, path: str, body: dict[str, Any],
+                    headers: dict[str, str]) -> dict[str, Any]:
+    """POST and return the JSON answer; any transport error, timeout or non-200 raises HopError."""
+    try:
+        response = await client.post(f"{url}{path}", json=body, headers=headers)
+    except httpx.TimeoutException as exc:
+        raise HopError(role, url, 504, f"no answer within the timeout ({type(exc).__name__})") from None
+    except httpx.HTTPError as exc:
+        raise HopError(role, url, 502, f"{type(exc).__name__}: {exc or 'connection lost'}") from None
+    if response.status_code != 200:
+        raise HopError(role, url, 502, f"HTTP {response.status_code}: {response.text[:300]}")
+    try:
+        return response.json()
+    except ValueError:
+        raise HopError(role, url, 502, f"answer is not JSON: {response.text[:200]}") from None
+
+
+async def prefill(client: httpx.AsyncClient, url: str, path: str, body: dict[str, Any],
+                  headers: dict[str, str]) -> dict[str, Any]:
+    """Run the prefill hop; return the kv_transfer_params the decode hop needs."""
+    answer = await post_json(client, "prefill", url, path, prefill_body(body), headers)
+    params = answer.get("kv_transfer_params")
+    if not isinstance(params, dict):
+        raise HopError("prefill", url, 502, "answer has no kv_transfer_params (is it a NixlConnector kv_producer?)")
+    return params

@@ -1,0 +1,118 @@
+"""Where each role runs: one frozen Topology that every host reads (from a YAML file, or built for one machine).
+
+A topology names the model, the device kind, the engine settings shared by every vLLM instance, the prefill and
+decode instances (host, HTTP port, NIXL side-channel port, TP, devices) and the proxy. An instance may override
+a shared cache setting or the environment; preflight then refuses pairs that vLLM would accept and corrupt.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hybridserve import profiles as _profiles_pkg
+from hybridserve.core.dtypes import DType
+from hybridserve.core.errors import InputError
+
+TINY_MODEL_DIR = Path(_profiles_pkg.__file__).parent / "tiny-qwen3.5"
+DEFAULT_HOST = "127.0.0.1"
+
+
+class Device(enum.Enum):
+    CPU = "cpu"
+    CUDA = "cuda"
+
+    @classmethod
+    def parse(cls, text: str) -> Device:
+        for member in cls:
+            if member.value == str(text).strip().lower():
+                return member
+        raise InputError(f"--device {text}: accepted: {', '.join(m.value for m in cls)}")
+
+
+class RoutingPolicy(enum.Enum):
+    ROUND_ROBIN = "round_robin"
+    LEAST_OUTSTANDING = "least_outstanding"
+
+    @classmethod
+    def parse(cls, text: str) -> RoutingPolicy:
+        key = str(text).strip().lower().replace("-", "_")
+        for member in cls:
+            if member.value == key:
+                return member
+        raise InputError(f"proxy policy {text}: accepted: {', '.join(m.value for m in cls)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineOptions:
+    """Settings every vLLM instance shares unless an instance overrides one."""
+
+    block_size: int | None = None  # --block-size; None: vLLM's default (128 on CPU, 16 on CUDA), raised to fit GDN
+    ssm_dtype: DType = DType.FLOAT32  # --mamba-ssm-cache-dtype (Qwen3.5's mamba_ssm_dtype is float32)
+    conv_dtype: DType = DType.BFLOAT16  # --mamba-cache-dtype
+    is_async_scheduling: bool = False
+    max_model_len: int = 2048
+    max_num_seqs: int = 8
+    kv_lease_s: int = 30  # NixlConnector kv_lease_duration: P frees unread blocks after this
+    cpu_kv_cache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE
+    gdn_prefill_backend: str | None = None  # --gdn-prefill-backend, e.g. from a tuned profile
+    is_plugin_fixes: bool = True  # NIXL progress delay + compute threads kept on assigned cores (CPU)
+    nixl_progress_delay_us: int = 1000
+    seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineInstance:
+    host: str = DEFAULT_HOST
+    port: int
+    side_channel_port: int
+    tp: int = 1
+    devices: tuple[int, ...] | None = None  # CPU cores (cpu) or GPU ids (cuda); None: not pinned
+    block_size: int | None = None  # overrides EngineOptions.block_size
+    ssm_dtype: DType | None = None
+    conv_dtype: DType | None = None
+    env: tuple[tuple[str, str], ...] = ()  # extra environment, applied last
+    extra_args: tuple[str, ...] = ()  # extra vLLM flags, appended last
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxyInstance:
+    host: str = DEFAULT_HOST
+    port: int = 8000
+    policy: RoutingPolicy = RoutingPolicy.ROUND_ROBIN
+    timeout_s: float = 120.0  # per hop: a server that does not answer in time fails the request
+
+
+@dataclass(frozen=True, kw_only=True)
+class Topology:
+    model: Path
+    device: Device = Device.CPU
+    engine: EngineOptions = field(default_factory=EngineOptions)
+    prefill: tuple[EngineInstance, ...]
+    decode: tuple[EngineInstance, ...]
+    proxy: ProxyInstance = field(default_factory=ProxyInstance)
+    served_model_name: str | None = None  # None: the model folder's name
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model.name
+
+
+def local_topology(*, model: Path | None = None, device: Device = Device.CPU, engine: EngineOptions | None = None,
+                   num_cores: int = 2, base_port: int = 8000) -> Topology:
+    """One prefill, one decode and the proxy on this machine (the embedded default).
+
+    Ports: proxy `base_port`, prefill +100 (NIXL side channel +150), decode +200 (+250). On CPU, prefill gets
+    core 0 and decode the last core: two servers sharing cores crawl (18-104 s per request
+    measured on 2 cores, leases expiring) while pinned ones answer in about a second.
+    """
+    first, last = (0,), (max(0, num_cores - 1),)
+    return Topology(
+        model=(model or TINY_MODEL_DIR).resolve(),
+        device=device,
+        engine=engine or EngineOptions(),
+        prefill=(EngineInstance(port=base_port + 100, side_channel_port=base_port + 150, devices=first),),
+        decode=(EngineInstance(port=base_port + 200, side_channel_port=base_port + 250, devices=last),),
+        proxy=ProxyInstance(port=base_port),
+    )

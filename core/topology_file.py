@@ -1,0 +1,103 @@
+"""Read a topology YAML file (the one file every host of a deployment reads).
+
+    model: profiles/tiny-qwen3.5        # folder with config.json + weights; relative to the file
+    device: cpu                          # cpu | cuda
+    engine: {mamba_ssm_cache_dtype: float32, async_scheduling: false, max_model_len: 2048}
+    prefill:
+      - {host: 127.0.0.2, port: 8100, side_channel_port: 5600, tp: 1, devices: [0]}
+    decode:
+      - {host: 127.0.0.3, port: 8200, side_channel_port: 5601, devices: [1]}
+    proxy: {host: 127.0.0.1, port: 8000, policy: round_robin}
+
+An instance may also set block_size, mamba_ssm_cache_dtype, mamba_cache_dtype, env (a mapping) and extra_args.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hybridserve.core.dtypes import DType
+from hybridserve.core.errors import InputError
+from hybridserve.core.topology import (
+    TINY_MODEL_DIR, Device, EngineInstance, EngineOptions, ProxyInstance, RoutingPolicy, Topology,
+)
+
+_ENGINE_KEYS = {"mamba_ssm_cache_dtype": "ssm_dtype", "mamba_cache_dtype": "conv_dtype",
+                "async_scheduling": "is_async_scheduling", "plugin_fixes": "is_plugin_fixes"}
+_INSTANCE_KEYS = {"mamba_ssm_cache_dtype": "ssm_dtype", "mamba_cache_dtype": "conv_dtype"}
+
+
+def load_topology(path: Path) -> Topology:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise InputError(f"--topology {path}: cannot read it as YAML ({exc})") from None
+    if not isinstance(raw, dict):
+        raise InputError(f"--topology {path}: accepted: a YAML mapping with model, prefill, decode, proxy")
+    where = f"--topology {path}"
+    _only(raw, {"model", "device", "engine", "prefill", "decode", "proxy", "served_model_name"}, where)
+    model = Path(str(raw["model"])) if raw.get("model") else TINY_MODEL_DIR
+    if not model.is_absolute():
+        model = (path.parent / model).resolve()
+    return Topology(
+        model=model,
+        device=Device.parse(raw.get("device", "cpu")),
+        engine=_engine(raw.get("engine") or {}, f"{where}: engine"),
+        prefill=_instances(raw.get("prefill"), f"{where}: prefill"),
+        decode=_instances(raw.get("decode"), f"{where}: decode"),
+        proxy=_proxy(raw.get("proxy") or {}, f"{where}: proxy"),
+        served_model_name=raw.get("served_model_name"),
+    )
+
+
+def _engine(raw: dict[str, Any], where: str) -> EngineOptions:
+    values = _renamed(raw, _ENGINE_KEYS, {f.name for f in fields(EngineOptions)}, where)
+    for key in ("ssm_dtype", "conv_dtype"):
+        if key in values:
+            values[key] = DType.parse(values[key], what=f"{where}: {key}")
+    return EngineOptions(**values)
+
+
+def _instances(raw: Any, where: str) -> tuple[EngineInstance, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise InputError(f"{where}: accepted: a non-empty list of instances (host, port, side_channel_port)")
+    return tuple(_instance(item, f"{where}[{i}]") for i, item in enumerate(raw))
+
+
+def _instance(raw: Any, where: str) -> EngineInstance:
+    if not isinstance(raw, dict):
+        raise InputError(f"{where}: accepted: a mapping with host, port, side_channel_port")
+    values = _renamed(raw, _INSTANCE_KEYS, {f.name for f in fields(EngineInstance)}, where)
+    for key in ("port", "side_channel_port"):
+        if key not in values:
+            raise InputError(f"{where}: {key} is missing; accepted: a TCP port number")
+    for key in ("ssm_dtype", "conv_dtype"):
+        if values.get(key) is not None:
+            values[key] = DType.parse(values[key], what=f"{where}: {key}")
+    if values.get("devices") is not None:
+        values["devices"] = tuple(int(d) for d in values["devices"])
+    values["env"] = tuple((str(k), str(v)) for k, v in (values.get("env") or {}).items())
+    values["extra_args"] = tuple(str(a) for a in values.get("extra_args") or ())
+    return EngineInstance(**values)
+
+
+def _proxy(raw: dict[str, Any], where: str) -> ProxyInstance:
+    values = _renamed(raw, {}, {f.name for f in fields(ProxyInstance)}, where)
+    if "policy" in values:
+        values["policy"] = RoutingPolicy.parse(values["policy"])
+    return ProxyInstance(**values)
+
+
+def _renamed(raw: dict[str, Any], renames: dict[str, str], allowed: set[str], where: str) -> dict[str, Any]:
+    _only(raw, set(renames) | (allowed - set(renames.values())), where)
+    return {renames.get(k, k): v for k, v in raw.items()}
+
+
+def _only(raw: dict[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        raise InputError(f"{where}: unknown key {unknown[0]!r}; accepted: {', '.join(sorted(allowed))}")
