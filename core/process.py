@@ -41,7 +41,7 @@ class RunningRole:
 
 
 def start_role(command: RoleCommand, run_dir: Path) -> RunningRole:
-    """Start one role; its stdout and stderr go to `<run_dir>/<name>.log`; cwd is the run folder."""
+    """Start one role; stdout and stderr go to `<run_dir>/<name>.log`, its pid to `<name>.pid`; cwd: the run folder."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / f"{command.name}.log"
     env = child_env(command)
@@ -51,6 +51,7 @@ def start_role(command: RoleCommand, run_dir: Path) -> RunningRole:
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             raise CouldNotRunError(f"{command.name}: cannot start {command.argv[0]} ({exc})") from None
+    (run_dir / f"{command.name}.pid").write_text(f"{popen.pid}\n")  # = its process group id (own session)
     return RunningRole(command, popen, log_path)
 
 

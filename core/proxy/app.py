@@ -22,7 +22,8 @@ from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
 
 
-def create_app(config: ProxyConfig) -> FastAPI:
+def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
+    """`transport` replaces the network for tests (httpx.MockTransport); None: real connections."""
     prefill_pool = EndpointPool("prefill", config.prefill_urls, config.policy)
     decode_pool = EndpointPool("decode", config.decode_urls, config.policy)
     metrics = ProxyMetrics()
@@ -30,7 +31,8 @@ def create_app(config: ProxyConfig) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        async with httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), limits=limits) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), limits=limits,
+                                     transport=transport) as client:
             app.state.client = client
             yield
 

