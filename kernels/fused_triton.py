@@ -1,9 +1,134 @@
 """Fused Triton gated-delta-rule prefill kernel (issue 7; owned by the issue-7 engineer).
 
-One program per (sequence, value head, value slice BV) walks the chunks of its sequence, keeping the
-recurrent state S [dk, BV] on chip across chunks; per chunk it builds the intra-chunk matrices, solves
-the triangular system (UT transform) in-kernel, writes the output and updates the state: one launch,
-no intermediate tensors in HBM. A context-parallel variant lives in kernels/fused_triton_cp.py.
+One program per (work item, value head, value slice BV) walks the chunks of its tokens, keeping the recurrent
+state S [dk, BV] in registers across chunks. Per chunk of C tokens (the chunked form of kernels/chunk_torch.py):
 
-Work in progress: the kernel lands in the next commits.
+    G      = cumsum(g)                                      in-chunk log decay
+    A_ij   = beta_i exp(G_i - G_j) k_i.k_j   (j < i)        T = (I + A)^-1, solved in-kernel (`_unit_lower_inverse`)
+    U      = T (beta * (V - exp(G) * (K S)))                 corrected values
+    o      = scale * (exp(G) * (Q S) + (QK^T * exp(G_i - G_j), i >= j) U)
+    S     <- exp(G_last) S + (K * exp(G_last - G))^T U
+
+so one launch reads q, k, v, g, beta once and writes o and the final state: no intermediate tensor in HBM.
+Dots run on tensor cores in the input dtype (DOT: bf16/fp16) with fp32 accumulation; the state stays fp32 and
+is cast to DOT only as a dot operand (as fla does). Triton's CPU interpreter multiplies bf16 operands as their raw
+uint16 bits, so under TRITON_INTERPRET=1 the host passes DOT = float32.
+
+A work item is a token range [bos, eos) with an initial-state row and a final-state row (-1: zero / not stored),
+so the same kernel serves whole sequences (one item per sequence) and the context-parallel passes of
+kernels/fused_triton_cp.py. TRANSITION mode walks with v = 0 from S = I[:, slice]: the result is the slice of the
+range's state transition matrix M (S_end = M S_start + S_local).
 """
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _diag_block_inverse(a, C: tl.constexpr, BLK: tl.constexpr):
+    """X with I + X = (I + A_d)^-1 for the BLK x BLK diagonal blocks of strictly lower A [C, C] (fp32).
+
+    Forward substitution, all C / BLK blocks at once: step r updates row r of every block,
+    X_i <- X_i + sum_j X_ij X_j, where X starts as -A_d and rows j < i of the block are already final."""
+    rows = tl.arange(0, C)[:, None]
+    cols = tl.arange(0, C)[None, :]
+    same_block = (rows // BLK) == (cols // BLK)
+    x = tl.where(same_block, -a, 0.0)
+    for r in tl.static_range(1, BLK):
+        is_row = (rows % BLK) == r
+        coef = tl.sum(tl.where(is_row, x, 0.0), axis=0)  # coef[j] = X[i(j), j], i(j) the active row of j's block
+        contrib = tl.sum(coef[:, None] * x, axis=0)  # contrib[c] = sum_j coef[j] X[j, c] (X is block-diagonal)
+        x = tl.where(is_row & same_block, x + contrib[None, :], x)
+    return x
+
+
+@triton.jit
+def _unit_lower_inverse(a, C: tl.constexpr, BLK: tl.constexpr, LOG_NB: tl.constexpr):
+    """(I + A)^-1 for strictly lower A [C, C] fp32. I + A = (I + A_d)(I + N) with D = (I + A_d)^-1 from the
+    diagonal blocks and N = D A_off strictly block-lower (N^(C/BLK) = 0), so
+    (I + A)^-1 = (I - N)(I + N^2)(I + N^4)... D: block merges by fp16 tensor-core dots (fp32 accumulation)."""
+    rows = tl.arange(0, C)[:, None]
+    cols = tl.arange(0, C)[None, :]
+    eye = tl.where(rows == cols, 1.0, 0.0)
+    d = eye + _diag_block_inverse(a, C, BLK)
+    if C > BLK:
+        a_off = tl.where((rows // BLK) != (cols // BLK), a, 0.0)
+        n = tl.dot(d.to(tl.float16), a_off.to(tl.float16))
+        t = eye - n
+        for _ in tl.static_range(LOG_NB - 1):
+            n = tl.dot(n.to(tl.float16), n.to(tl.float16))
+            t = tl.dot(t.to(tl.float16), (eye + n).to(tl.float16))
+        d = tl.dot(t.to(tl.float16), d.to(tl.float16))
+    return d
+
+
+@triton.jit
+def _load_state(h0, init_row, i_h, o_k, o_v, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+                BV: tl.constexpr, HAS_INIT: tl.constexpr, TRANSITION: tl.constexpr):
+    s = tl.zeros([DK, BV], dtype=tl.float32)
+    if TRANSITION:
+        s = tl.where(o_k[:, None] == o_v[None, :], 1.0, 0.0)
+    elif HAS_INIT:
+        if init_row >= 0:
+            base = (init_row.to(tl.int64) * HV + i_h) * DK * DV
+            s = tl.load(h0 + base + o_k[:, None] * DV + o_v[None, :])
+    return s
+
+
+@triton.jit
+def gdn_walk_kernel(
+    q, k, v, g, beta, o, h0, ht, item_bos, item_eos, item_init, item_final, scale,
+    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+    C: tl.constexpr, BV: tl.constexpr, BLK: tl.constexpr, LOG_NB: tl.constexpr,
+    HAS_INIT: tl.constexpr, WRITE_O: tl.constexpr, TRANSITION: tl.constexpr, DOT: tl.constexpr,
+):
+    i_item, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos = tl.load(item_bos + i_item).to(tl.int32)
+    eos = tl.load(item_eos + i_item).to(tl.int32)
+    init_row = tl.load(item_init + i_item).to(tl.int32)
+    final_row = tl.load(item_final + i_item).to(tl.int32)
+    i_kh = i_h // (HV // HK)  # GVA: contiguous groups of value heads share a key head
+    o_c = tl.arange(0, C)
+    o_k = tl.arange(0, DK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    causal = o_c[:, None] >= o_c[None, :]
+    strict = o_c[:, None] > o_c[None, :]
+    s = _load_state(h0, init_row, i_h, o_k, o_v, HV, DK, DV, BV, HAS_INIT, TRANSITION)
+    for t0 in range(bos, eos, C):
+        rows = t0 + o_c
+        valid = rows < eos
+        rows64 = rows.to(tl.int64)
+        kc = tl.load(k + (rows64[:, None] * HK + i_kh) * DK + o_k[None, :], mask=valid[:, None], other=0.0)
+        gc = tl.load(g + rows64 * HV + i_h, mask=valid, other=0.0).to(tl.float32)
+        bc = tl.load(beta + rows64 * HV + i_h, mask=valid, other=0.0).to(tl.float32)
+        gcum = tl.cumsum(gc, axis=0)
+        egc = tl.exp(gcum)
+        # padded rows have g = beta = 0, k = 0: they change nothing, and G_last = G[C - 1]
+        g_last = tl.sum(tl.where(o_c == C - 1, gcum, 0.0), axis=0)
+        diff = gcum[:, None] - gcum[None, :]
+        kc = kc.to(DOT)
+        kk = tl.dot(kc, tl.trans(kc))
+        a = tl.where(strict, bc[:, None] * tl.exp(tl.where(strict, diff, 0.0)) * kk, 0.0)
+        t_inv = _unit_lower_inverse(a, C, BLK, LOG_NB)
+        ks = tl.dot(kc, s.to(DOT))
+        if TRANSITION:
+            rhs = -(bc * egc)[:, None] * ks
+        else:
+            vc = tl.load(v + (rows64[:, None] * HV + i_h) * DV + o_v[None, :], mask=valid[:, None], other=0.0)
+            rhs = bc[:, None] * (vc.to(tl.float32) - egc[:, None] * ks)
+        u = tl.dot(t_inv.to(DOT), rhs.to(DOT)).to(DOT)
+        if WRITE_O:
+            qc = tl.load(q + (rows64[:, None] * HK + i_kh) * DK + o_k[None, :], mask=valid[:, None], other=0.0)
+            qc = qc.to(DOT)
+            qk = tl.dot(qc, tl.trans(kc))
+            p = tl.where(causal, qk * tl.exp(tl.where(causal, diff, 0.0)), 0.0)
+            oc = egc[:, None] * tl.dot(qc, s.to(DOT)) + tl.dot(p.to(DOT), u)
+            tl.store(o + (rows64[:, None] * HV + i_h) * DV + o_v[None, :], (oc * scale).to(o.dtype.element_ty),
+                     mask=valid[:, None])
+        kd = (kc * tl.exp(g_last - gcum)[:, None]).to(DOT)
+        s = s * tl.exp(g_last) + tl.dot(tl.trans(kd), u)
+    if final_row >= 0:
+        base = (final_row.to(tl.int64) * HV + i_h) * DK * DV
+        tl.store(ht + base + o_k[:, None] * DV + o_v[None, :], s)
