@@ -1,0 +1,110 @@
+"""`hybridserve validate`: does the candidate deployment keep the baseline's accuracy? Exit 0 pass, 1 regression."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from hybridserve.cli.console import err_console, out_console, print_json
+from hybridserve.cli.options import JsonOpt
+from hybridserve.core.errors import CheckFailedError
+
+Limit = Optional[float]
+
+
+def command(
+    baseline: Annotated[str, typer.Option(help="URL of an OpenAI-compatible server, or a configuration "
+                                          "validate starts: single-sync, single-async, pd-async, pd-sync.")] = "single-sync",
+    candidate: Annotated[str, typer.Option(help="Same choices as --baseline.")] = "pd-async",
+    dataset: Annotated[str, typer.Option(help="'synthetic' (the recall task the tiny model learned) or a "
+                                         "JSONL file of {\"prompt\", \"answer\"} lines.")] = "synthetic",
+    num_prompts: Annotated[Optional[int], typer.Option(help="Prompts to use (synthetic: default 64).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic prompts.")] = 0,
+    max_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt.")] = 8,
+    concurrency: Annotated[int, typer.Option(help="Requests in flight per endpoint.")] = 4,
+    model: Annotated[Optional[Path], typer.Option(help="Model folder for configurations validate starts "
+                                                  "(default: the trained tiny recall model).")] = None,
+    served_model: Annotated[Optional[str], typer.Option(help="Model name to ask URL endpoints for "
+                                                         "(default: the first one they list).")] = None,
+    ignore_eos: Annotated[bool, typer.Option(help="Send vLLM's ignore_eos (all tokens generated).")] = False,
+    fault: Annotated[Optional[str], typer.Option(help="Arm a fault in the candidate's decode server (tests): "
+                                                 "early_completion, zero_after_transfer, stale_state.")] = None,
+    thresholds: Annotated[Optional[Path], typer.Option(help="YAML file of limits (the flags below win).")] = None,
+    max_accuracy_drop: Annotated[Limit, typer.Option(help="Default 0.03 (vLLM's gsm8k tolerance).")] = None,
+    min_candidate_accuracy: Annotated[Limit, typer.Option(help="Absolute floor; default none.")] = None,
+    min_token_agreement: Annotated[Limit, typer.Option(help="Default 0.95.")] = None,
+    max_logprob_drift: Annotated[Limit, typer.Option(help="Mean |dlogprob| before divergence; default 0.05.")] = None,
+    near_tie_tolerance: Annotated[Limit, typer.Option(help="Top-2 logprob gap that forgives a divergence; "
+                                                      "default 0.02.")] = None,
+    base_port: Annotated[int, typer.Option(help="Ports of started configurations (proxy; P +100, D +200).")] = 8000,
+    run_dir: Annotated[Path, typer.Option(help="Folder for the started servers' logs.")] = Path("runs"),
+    timeout: Annotated[float, typer.Option(help="Seconds per request, and to wait for started servers.")] = 300.0,
+    junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML report here.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Send the same prompts to a baseline and a candidate (greedy, logprobs) and judge the candidate.
+
+    Reports task accuracy, token agreement up to the first divergence that is not a near-tie, where
+    divergences happen and the mean logprob drift. Exit 0: pass; 1: regression (the failing metric is named);
+    2: could not run (the reason is given).
+
+    Examples:
+
+      hybridserve validate                                   # single-sync vs pd-async on the tiny model
+
+      hybridserve validate --candidate pd-sync --junit validate.xml
+
+      hybridserve validate --baseline http://a:8000 --candidate http://b:8000 --dataset gsm8k.jsonl --json
+    """
+    from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, resolve_thresholds, validate
+    from hybridserve.core.validate.client import RequestSettings
+    from hybridserve.core.vllm_plugin.faults import parse_fault
+
+    limits = resolve_thresholds(thresholds, {
+        "max_accuracy_drop": max_accuracy_drop, "min_candidate_accuracy": min_candidate_accuracy,
+        "min_token_agreement": min_token_agreement, "max_logprob_drift": max_logprob_drift,
+        "near_tie_tolerance": near_tie_tolerance})
+    request = ValidateRequest(
+        baseline=parse_target(baseline, what="baseline"),
+        candidate=parse_target(candidate, what="candidate", fault=parse_fault(fault)),
+        dataset=load_dataset(dataset, num_prompts=num_prompts, seed=seed), thresholds=limits,
+        settings=RequestSettings(max_tokens=_positive(max_tokens, "--max-tokens"), timeout_s=timeout,
+                                 concurrency=_positive(concurrency, "--concurrency"), ignore_eos=ignore_eos,
+                                 model=served_model),
+        model=model, base_port=base_port, run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout)
+    report = _run_with_progress(request)
+    if junit is not None:
+        from hybridserve.core.validate.junit import write_junit
+        write_junit(junit, report.verdict, suite_name="hybridserve.validate", elapsed_s=report.elapsed_s)
+    from hybridserve.cli.validate_render import render, report_dict
+    print_json(report_dict(report)) if as_json else render(out_console, report)
+    if not report.verdict.passed:
+        raise CheckFailedError(report.verdict.summary)
+
+
+def _positive(value: int, flag: str) -> int:
+    from hybridserve.core.errors import InputError
+
+    if value < 1:
+        raise InputError(f"{flag} {value}: must be at least 1")
+    return value
+
+
+def _run_with_progress(request):  # noqa: ANN001, ANN202
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hybridserve.core.validate import validate
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as progress:
+        tasks: dict[str, int] = {}
+
+        def on_progress(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = progress.add_task(f"{phase} (starting / sending)", total=total)
+            progress.update(tasks[phase], completed=done, description=phase)
+
+        return validate(request, on_progress)

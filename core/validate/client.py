@@ -1,0 +1,103 @@
+"""A small OpenAI-compatible completions client: greedy, with the top-2 logprobs of every generated token."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from hybridserve.core.errors import CouldNotRunError, MissingExtraError
+
+NUM_TOP_LOGPROBS = 2  # enough to tell a near-tie: the gap between the best and the second-best token
+
+
+@dataclass(frozen=True, kw_only=True)
+class Completion:
+    text: str
+    tokens: tuple[str, ...]
+    logprobs: tuple[float, ...]  # of the chosen token, per position
+    top2_gaps: tuple[float | None, ...]  # best minus second-best logprob per position; None if only one was returned
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestSettings:
+    max_tokens: int = 8
+    timeout_s: float = 120.0
+    concurrency: int = 4
+    ignore_eos: bool = False  # vLLM extension; only sent when True
+    model: str | None = None  # None: the first model the endpoint lists
+
+
+def _httpx() -> Any:
+    try:
+        import httpx
+    except ImportError as exc:
+        raise MissingExtraError("httpx", "cpu", "validate") from exc
+    return httpx
+
+
+def _fail(url: str, what: str) -> CouldNotRunError:
+    return CouldNotRunError(f"endpoint {url}: {what}")
+
+
+def _request(client: Any, url: str, method: str, path: str, body: dict | None = None) -> dict:
+    httpx = _httpx()
+    try:
+        response = client.request(method, f"{url}{path}", json=body)
+    except httpx.TimeoutException:
+        raise _fail(url, f"{method} {path} timed out") from None
+    except httpx.HTTPError as exc:
+        raise _fail(url, f"{method} {path} failed: {exc}") from None
+    if response.status_code != 200:
+        raise _fail(url, f"{method} {path} answered HTTP {response.status_code}: {response.text[:200]}")
+    try:
+        return response.json()
+    except ValueError:
+        raise _fail(url, f"{method} {path} did not answer JSON") from None
+
+
+def parse_completion(url: str, payload: dict) -> Completion:
+    """One `/v1/completions` response with `logprobs` -> Completion (raises CouldNotRunError if malformed)."""
+    try:
+        choice = payload["choices"][0]
+        logprobs = choice["logprobs"]
+        tokens = tuple(logprobs["tokens"])
+        values = tuple(float(v) for v in logprobs["token_logprobs"])
+        tops = logprobs.get("top_logprobs") or [None] * len(tokens)
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise _fail(url, "the completion has no logprobs (is it an OpenAI-compatible /v1/completions?)") from None
+    gaps = []
+    for top in tops:
+        ranked = sorted((top or {}).values(), reverse=True)
+        gaps.append(ranked[0] - ranked[1] if len(ranked) >= 2 else None)
+    return Completion(text=choice.get("text") or "", tokens=tokens, logprobs=values, top2_gaps=tuple(gaps))
+
+
+def first_model(client: Any, url: str) -> str:
+    models = _request(client, url, "GET", "/v1/models").get("data") or []
+    if not models:
+        raise _fail(url, "/v1/models lists no model")
+    return str(models[0]["id"])
+
+
+def complete_all(url: str, prompts: Sequence[str], settings: RequestSettings,
+                 on_done: Callable[[], None] | None = None) -> list[Completion]:
+    """Send every prompt (greedy, logprobs) with `settings.concurrency` in flight; results in prompt order."""
+    httpx = _httpx()
+    url = url.rstrip("/")
+    with httpx.Client(timeout=settings.timeout_s) as client:
+        model = settings.model or first_model(client, url)
+
+        def one(prompt: str) -> Completion:
+            body = {"model": model, "prompt": prompt, "max_tokens": settings.max_tokens, "temperature": 0.0,
+                    "logprobs": NUM_TOP_LOGPROBS, "seed": 0}
+            if settings.ignore_eos:
+                body["ignore_eos"] = True
+            completion = parse_completion(url, _request(client, url, "POST", "/v1/completions", body))
+            if on_done is not None:
+                on_done()
+            return completion
+
+        with ThreadPoolExecutor(max_workers=max(1, settings.concurrency)) as pool:
+            return list(pool.map(one, prompts))

@@ -1,0 +1,119 @@
+"""Validation datasets: the built-in synthetic recall task, or a user JSONL file of {"prompt", "answer"} lines.
+
+Answers are graded by exact match. A gsm8k-style answer ("... #### 72") is graded on the number after '####',
+and the model's number is read the same way (lm-eval's strict match); any other answer is graded on the first
+words of the completion (as many words as the answer has).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from hybridserve.core.errors import InputError
+from hybridserve.core.validate import synthetic
+
+SYNTHETIC = "synthetic"
+GSM8K_ANSWER = re.compile(r"####\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
+
+
+class AnswerKind(enum.Enum):
+    WORDS = "words"  # the completion's first words equal the answer's words
+    GSM8K = "gsm8k"  # the number after '####' equals the answer's number
+    NONE = "none"  # no answer: only agreement and drift are measured
+
+
+@dataclass(frozen=True, kw_only=True)
+class Example:
+    prompt: str
+    answer: str | None  # the graded form: words, or the gsm8k number
+    answer_kind: AnswerKind
+
+
+@dataclass(frozen=True, kw_only=True)
+class Dataset:
+    name: str
+    examples: tuple[Example, ...]
+
+    @property
+    def num_graded(self) -> int:
+        return sum(e.answer_kind is not AnswerKind.NONE for e in self.examples)
+
+
+def gsm8k_number(text: str) -> str | None:
+    """'... #### 1,234' -> '1234'; None when there is no '#### N'."""
+    match = GSM8K_ANSWER.search(text)
+    if match is None:
+        return None
+    return match.group(1).replace(",", "").rstrip(".")
+
+
+def is_correct(example: Example, completion: str) -> bool | None:
+    """Exact match of the completion against the example's answer; None when the example has no answer."""
+    if example.answer_kind is AnswerKind.NONE or example.answer is None:
+        return None
+    if example.answer_kind is AnswerKind.GSM8K:
+        return gsm8k_number(completion) == example.answer
+    want = example.answer.split()
+    return completion.split()[: len(want)] == want
+
+
+def synthetic_dataset(num_prompts: int, seed: int) -> Dataset:
+    examples = tuple(
+        Example(prompt=ex.prompt_text, answer=ex.answer_text, answer_kind=AnswerKind.WORDS)
+        for ex in synthetic.make_examples(seed, num_prompts)
+    )
+    return Dataset(name=f"{SYNTHETIC}(seed={seed})", examples=examples)
+
+
+def _example_from_line(record: object, where: str) -> Example:
+    if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+        raise InputError(f"{where}: expected an object with a string 'prompt' (and optional 'answer')")
+    answer = record.get("answer")
+    if answer is None:
+        return Example(prompt=record["prompt"], answer=None, answer_kind=AnswerKind.NONE)
+    answer = str(answer)
+    if "####" in answer:
+        number = gsm8k_number(answer)
+        if number is None:
+            raise InputError(f"{where}: answer has '####' but no number after it")
+        return Example(prompt=record["prompt"], answer=number, answer_kind=AnswerKind.GSM8K)
+    if not answer.strip():
+        raise InputError(f"{where}: 'answer' is empty (leave it out to skip grading)")
+    return Example(prompt=record["prompt"], answer=answer.strip(), answer_kind=AnswerKind.WORDS)
+
+
+def jsonl_dataset(path: Path, num_prompts: int | None) -> Dataset:
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError(f"--dataset {path}: cannot read it ({exc.strerror}); give '{SYNTHETIC}' or a JSONL file")
+    examples = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"--dataset {path}:{number}: not JSON ({exc.msg})") from None
+        examples.append(_example_from_line(record, f"--dataset {path}:{number}"))
+        if num_prompts is not None and len(examples) == num_prompts:
+            break
+    if not examples:
+        raise InputError(f"--dataset {path}: no prompts in it; expected JSONL lines {{\"prompt\": ..., \"answer\": ...}}")
+    return Dataset(name=path.name, examples=tuple(examples))
+
+
+def load_dataset(spec: str, *, num_prompts: int | None, seed: int) -> Dataset:
+    """'synthetic' (num_prompts defaults to 64) or a path to a JSONL file (all lines unless num_prompts)."""
+    if num_prompts is not None and num_prompts < 1:
+        raise InputError(f"--num-prompts {num_prompts}: must be at least 1")
+    if spec == SYNTHETIC:
+        return synthetic_dataset(num_prompts or 64, seed)
+    path = Path(spec)
+    if path.suffix not in (".jsonl", ".json") and not path.exists():
+        raise InputError(f"--dataset {spec!r}: not '{SYNTHETIC}' and not an existing .jsonl file")
+    return jsonl_dataset(path, num_prompts)

@@ -1,0 +1,146 @@
+"""Validation targets: a URL that is already serving, or a launch configuration that validate starts itself.
+
+Named configurations (each started through `hybridserve.core.launch`, never through the CLI):
+- `single-sync` (default baseline): one plain vLLM server, sync scheduling.
+- `single-async`: the same server with async scheduling.
+- `pd-async` (default candidate): prefill + decode over NixlConnector + the project's proxy, async scheduling.
+- `pd-sync`: the same P/D deployment with sync scheduling.
+A fault (see core/vllm_plugin/faults.py) may be armed in the decode server of a P/D configuration.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from hybridserve import profiles as _profiles_pkg
+from hybridserve.core.errors import CouldNotRunError, InputError
+
+RECALL_MODEL_DIR = Path(_profiles_pkg.__file__).parent / "tiny-qwen3.5-recall"
+from hybridserve.core.vllm_plugin.faults import FAULT_ENV  # read by the plugin in the decode server
+
+
+class Config(enum.Enum):
+    SINGLE_SYNC = "single-sync"
+    SINGLE_ASYNC = "single-async"
+    PD_ASYNC = "pd-async"
+    PD_SYNC = "pd-sync"
+
+    @property
+    def is_pd(self) -> bool:
+        return self in (Config.PD_ASYNC, Config.PD_SYNC)
+
+    @property
+    def is_async(self) -> bool:
+        return self in (Config.PD_ASYNC, Config.SINGLE_ASYNC)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    """What to validate: `url` when something already serves it, else a configuration to start."""
+
+    label: str
+    url: str | None = None
+    config: Config | None = None
+    fault: str | None = None  # armed in the decode server (P/D configurations only)
+
+
+def parse_target(text: str, *, what: str, fault: str | None = None) -> Target:
+    text = text.strip()
+    if text.startswith(("http://", "https://")):
+        if fault is not None:
+            raise InputError(f"--{what} {text}: a fault can only be armed in a configuration validate starts")
+        return Target(label=text, url=text.rstrip("/"))
+    for config in Config:
+        if config.value == text.lower():
+            if fault is not None and not config.is_pd:
+                raise InputError(f"--{what} {text}: faults need a P/D configuration (pd-async or pd-sync)")
+            label = config.value if fault is None else f"{config.value} + fault {fault}"
+            return Target(label=label, config=config, fault=fault)
+    names = ", ".join(c.value for c in Config)
+    raise InputError(f"--{what} {text!r}: accepted: an http(s):// URL or one of {names}")
+
+
+def default_model() -> Path:
+    """The trained recall model when it is there, else launch's tiny model."""
+    from hybridserve.core.topology import TINY_MODEL_DIR
+
+    return RECALL_MODEL_DIR if (RECALL_MODEL_DIR / "config.json").is_file() else TINY_MODEL_DIR
+
+
+@dataclass(frozen=True, kw_only=True)
+class Deployment:
+    url: str  # where prompts go (the proxy for P/D)
+    run_dir: Path | None  # logs of the started servers
+    engine_logs: tuple[Path, ...]
+
+
+def _topology(config: Config, model: Path, base_port: int, num_cores: int, fault: str | None):
+    from hybridserve.core.topology import EngineOptions, local_topology
+
+    engine = EngineOptions(is_async_scheduling=config.is_async)
+    topology = local_topology(model=model, engine=engine, num_cores=num_cores, base_port=base_port)
+    if fault is None:
+        return topology
+    decode = tuple(replace(d, env=(*d.env, (FAULT_ENV, fault))) for d in topology.decode)
+    return replace(topology, decode=decode)
+
+
+def _plan(config: Config, topology):  # noqa: ANN001, ANN202
+    """P/D: launch's `all` plan. Single: launch's decode command without its KV connector, on all cores."""
+    from hybridserve.core.launch import Role, make_launch_plan
+    from hybridserve.core.preflight import preflight
+
+    plan = make_launch_plan(topology, Role.ALL if config.is_pd else Role.DECODE)
+    if not config.is_pd:
+        command = plan.commands[0]
+        argv = list(command.argv)
+        at = argv.index("--kv-transfer-config")
+        del argv[at : at + 2]
+        plan = replace(plan, commands=(replace(command, name="single-0", argv=tuple(argv)),))
+    preflight(plan)
+    return plan
+
+
+@contextlib.contextmanager
+def deployed(target: Target, *, model: Path, base_port: int, run_root: Path, num_cores: int,
+             timeout_s: float, on_progress=None) -> Iterator[Deployment]:  # noqa: ANN001
+    """Yield where to send prompts; a started configuration is stopped (every process group) on the way out."""
+    if target.url is not None:
+        yield Deployment(url=target.url, run_dir=None, engine_logs=())
+        return
+    from hybridserve.core.process_run import new_run_dir, started
+
+    assert target.config is not None
+    plan = _plan(target.config, _topology(target.config, model, base_port, num_cores, target.fault))
+    run_dir = new_run_dir(run_root, target.config.value)
+    with started(plan, run_dir, timeout_s=timeout_s, on_progress=on_progress):
+        front = plan.commands[-1]  # the proxy for P/D, the server itself for single
+        logs = tuple(run_dir / f"{c.name}.log" for c in plan.commands if c.side_channel_port is not None)
+        yield Deployment(url=front.url, run_dir=run_dir, engine_logs=logs)
+
+
+def schedulers_in_logs(logs: tuple[Path, ...]) -> dict[str, str]:
+    """{log name: 'AsyncScheduler' | 'Scheduler' | ...} from the plugin's one line per engine core."""
+    from hybridserve.core.vllm_plugin.async_scheduling import SCHEDULER_LOG_PREFIX
+
+    found: dict[str, str] = {}
+    for log in logs:
+        for line in log.read_text(errors="replace").splitlines():
+            if SCHEDULER_LOG_PREFIX in line:
+                found[log.stem] = line.split(SCHEDULER_LOG_PREFIX, 1)[1].split()[0]
+    return found
+
+
+def check_scheduling(config: Config, logs: tuple[Path, ...]) -> dict[str, str]:
+    """Prove from the server logs that the engines ran the scheduler the configuration asked for."""
+    found = schedulers_in_logs(logs)
+    want = "AsyncScheduler" if config.is_async else "Scheduler"
+    for log in logs:
+        if found.get(log.stem) != want:
+            raise CouldNotRunError(f"{config.value}: {log.name} shows scheduler {found.get(log.stem)!r}, "
+                                   f"expected {want!r} (log {log})")
+    return found

@@ -1,0 +1,107 @@
+"""Compare a candidate's greedy completions with a baseline's, prompt by prompt, and pool the numbers.
+
+Token agreement mirrors how vLLM's own tests compare two greedy runs (tests/models/utils.py
+check_logprobs_close): tokens are compared up to the first position where they differ; after it the two
+continuations have different contexts, so nothing later is compared. A first difference where either side's
+best and second-best tokens were within `near_tie_tolerance` (logprob gap) is bf16 noise, not a regression:
+that prompt counts as agreeing in full.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hybridserve.core.validate.client import Completion
+from hybridserve.core.validate.dataset import Example, is_correct
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptComparison:
+    index: int
+    is_baseline_correct: bool | None  # None: the example has no answer
+    is_candidate_correct: bool | None
+    num_tokens: int  # the baseline's generated tokens
+    first_divergence: int | None  # token position of the first difference; None: identical
+    is_near_tie: bool  # the first difference was a near-tie (forgiven)
+    num_compared: int  # positions compared for drift (before the first difference)
+    sum_abs_logprob_drift: float  # over those positions
+
+    @property
+    def num_agreed_tokens(self) -> int:
+        if self.first_divergence is None or self.is_near_tie:
+            return self.num_tokens
+        return min(self.first_divergence, self.num_tokens)
+
+
+def _gap_at(completion: Completion, position: int) -> float | None:
+    return completion.top2_gaps[position] if position < len(completion.top2_gaps) else None
+
+
+def first_divergence(base: Completion, cand: Completion) -> int | None:
+    for position, (a, b) in enumerate(zip(base.tokens, cand.tokens)):
+        if a != b:
+            return position
+    if len(base.tokens) != len(cand.tokens):
+        return min(len(base.tokens), len(cand.tokens))
+    return None
+
+
+def compare(index: int, example: Example, base: Completion, cand: Completion,
+            near_tie_tolerance: float) -> PromptComparison:
+    where = first_divergence(base, cand)
+    gaps = [] if where is None else [g for g in (_gap_at(base, where), _gap_at(cand, where)) if g is not None]
+    num_compared = len(base.tokens) if where is None else where
+    drift = sum(abs(a - b) for a, b in zip(base.logprobs[:num_compared], cand.logprobs[:num_compared]))
+    return PromptComparison(
+        index=index, is_baseline_correct=is_correct(example, base.text),
+        is_candidate_correct=is_correct(example, cand.text), num_tokens=len(base.tokens),
+        first_divergence=where, is_near_tie=bool(gaps) and min(gaps) < near_tie_tolerance,
+        num_compared=num_compared, sum_abs_logprob_drift=drift,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metrics:
+    num_prompts: int
+    num_graded: int
+    baseline_accuracy: float | None  # None: no example has an answer
+    candidate_accuracy: float | None
+    token_agreement: float  # agreed tokens / baseline tokens, near-ties forgiven
+    num_divergent_prompts: int  # first difference is not a near-tie
+    num_near_tie_prompts: int
+    divergence_positions: tuple[int, ...]  # first-difference positions of the divergent prompts, sorted
+    mean_logprob_drift: float  # mean |baseline - candidate| logprob of the same token, before any difference
+
+    @property
+    def accuracy_drop(self) -> float | None:
+        if self.baseline_accuracy is None or self.candidate_accuracy is None:
+            return None
+        return self.baseline_accuracy - self.candidate_accuracy
+
+    @property
+    def median_divergence_position(self) -> float | None:
+        return statistics.median(self.divergence_positions) if self.divergence_positions else None
+
+
+def _accuracy(values: Sequence[bool | None]) -> float | None:
+    graded = [v for v in values if v is not None]
+    return sum(graded) / len(graded) if graded else None
+
+
+def summarize(comparisons: Sequence[PromptComparison]) -> Metrics:
+    divergent = [c for c in comparisons if c.first_divergence is not None and not c.is_near_tie]
+    num_tokens = sum(c.num_tokens for c in comparisons)
+    num_compared = sum(c.num_compared for c in comparisons)
+    return Metrics(
+        num_prompts=len(comparisons),
+        num_graded=sum(c.is_baseline_correct is not None for c in comparisons),
+        baseline_accuracy=_accuracy([c.is_baseline_correct for c in comparisons]),
+        candidate_accuracy=_accuracy([c.is_candidate_correct for c in comparisons]),
+        token_agreement=sum(c.num_agreed_tokens for c in comparisons) / num_tokens if num_tokens else 1.0,
+        num_divergent_prompts=len(divergent),
+        num_near_tie_prompts=sum(c.first_divergence is not None and c.is_near_tie for c in comparisons),
+        divergence_positions=tuple(sorted(c.first_divergence for c in divergent if c.first_divergence is not None)),
+        mean_logprob_drift=sum(c.sum_abs_logprob_drift for c in comparisons) / num_compared if num_compared else 0.0,
+    )

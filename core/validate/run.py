@@ -1,0 +1,93 @@
+"""`validate`: the same prompts to a baseline and a candidate, greedy with logprobs, then a verdict."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hybridserve.core.validate.client import Completion, RequestSettings, complete_all
+from hybridserve.core.validate.dataset import Dataset
+from hybridserve.core.validate.deployments import Target, check_scheduling, deployed
+from hybridserve.core.validate.metrics import PromptComparison, compare, summarize
+from hybridserve.core.validate.thresholds import Thresholds
+from hybridserve.core.validate.verdict import Verdict, judge
+
+# (phase, done, total): phase is "baseline" or "candidate"; done counts answered prompts.
+ProgressCallback = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidateRequest:
+    baseline: Target
+    candidate: Target
+    dataset: Dataset
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    settings: RequestSettings = field(default_factory=RequestSettings)
+    model: Path | None = None  # for configurations validate starts; None: the trained recall model
+    base_port: int = 8000
+    run_root: Path = Path("runs")
+    num_cores: int = 2
+    start_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetRun:
+    label: str
+    url: str
+    run_dir: Path | None
+    schedulers: dict[str, str]  # engine log -> scheduler class seen in it (started configurations only)
+    elapsed_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationReport:
+    dataset: str
+    verdict: Verdict
+    comparisons: tuple[PromptComparison, ...]
+    baseline: TargetRun
+    candidate: TargetRun
+    elapsed_s: float
+
+
+def _run_target(phase: str, target: Target, request: ValidateRequest, model: Path,
+                progress: ProgressCallback | None) -> tuple[list[Completion], TargetRun]:
+    start = time.monotonic()
+    prompts = [e.prompt for e in request.dataset.examples]
+    total, done = len(prompts), [0]
+
+    def on_done() -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(phase, done[0], total)
+
+    if progress is not None:
+        progress(phase, 0, total)
+    with deployed(target, model=model, base_port=request.base_port, run_root=request.run_root.resolve(),
+                  num_cores=request.num_cores, timeout_s=request.start_timeout_s) as deployment:
+        settings = request.settings
+        if target.config is not None and settings.model is None:  # launch serves the folder's name
+            from dataclasses import replace
+            settings = replace(settings, model=model.name)
+        completions = complete_all(deployment.url, prompts, settings, on_done)
+        schedulers = check_scheduling(target.config, deployment.engine_logs) if target.config else {}
+    run = TargetRun(label=target.label, url=deployment.url, run_dir=deployment.run_dir, schedulers=schedulers,
+                    elapsed_s=time.monotonic() - start)
+    return completions, run
+
+
+def validate(request: ValidateRequest, progress: ProgressCallback | None = None) -> ValidationReport:
+    """Run the dataset on the baseline, then on the candidate (one deployment at a time), and judge."""
+    from hybridserve.core.validate.deployments import default_model
+
+    start = time.monotonic()
+    model = (request.model or default_model()).resolve()
+    base, base_run = _run_target("baseline", request.baseline, request, model, progress)
+    cand, cand_run = _run_target("candidate", request.candidate, request, model, progress)
+    tolerance = request.thresholds.near_tie_tolerance
+    comparisons = tuple(compare(i, ex, b, c, tolerance)
+                        for i, (ex, b, c) in enumerate(zip(request.dataset.examples, base, cand)))
+    verdict = judge(summarize(comparisons), request.thresholds)
+    return ValidationReport(dataset=request.dataset.name, verdict=verdict, comparisons=comparisons,
+                            baseline=base_run, candidate=cand_run, elapsed_s=time.monotonic() - start)

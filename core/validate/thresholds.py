@@ -1,0 +1,62 @@
+"""The verdict's limits: defaults, a YAML file, then command-line flags (each later source wins)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hybridserve.core.errors import InputError
+
+
+@dataclass(frozen=True, kw_only=True)
+class Thresholds:
+    # vLLM's own P/D accuracy test passes when |measured - expected| gsm8k < 0.03 (test_accuracy.py RTOL).
+    max_accuracy_drop: float = 0.03
+    min_candidate_accuracy: float | None = None  # None: no absolute floor
+    min_token_agreement: float = 0.95
+    max_logprob_drift: float = 0.05
+    # A first difference where the top-2 logprob gap is under this is bf16 noise (launch's P/D check uses 0.02).
+    near_tie_tolerance: float = 0.02
+
+
+_FRACTIONS = ("max_accuracy_drop", "min_candidate_accuracy", "min_token_agreement")
+
+
+def _check(name: str, value: Any, where: str) -> float | None:
+    if value is None and name == "min_candidate_accuracy":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"{where}: {name} must be a number, got {value!r}")
+    if value < 0 or (name in _FRACTIONS and value > 1):
+        limit = "between 0 and 1" if name in _FRACTIONS else "at least 0"
+        raise InputError(f"{where}: {name} must be {limit}, got {value!r}")
+    return float(value)
+
+
+def load_yaml(path: Path) -> dict[str, float | None]:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"--thresholds {path}: cannot read it ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise InputError(f"--thresholds {path}: not YAML ({str(exc).splitlines()[0]})") from None
+    if data is None:
+        return {}
+    known = {f.name for f in dataclasses.fields(Thresholds)}
+    if not isinstance(data, dict) or set(data) - known:
+        extra = sorted(set(data) - known) if isinstance(data, dict) else data
+        raise InputError(f"--thresholds {path}: unknown keys {extra}; accepted: {', '.join(sorted(known))}")
+    return {name: _check(name, value, f"--thresholds {path}") for name, value in data.items()}
+
+
+def resolve(path: Path | None, overrides: dict[str, float | None]) -> Thresholds:
+    """Defaults <- YAML file <- flags (a flag left at None does not override)."""
+    values: dict[str, float | None] = load_yaml(path) if path is not None else {}
+    for name, value in overrides.items():
+        if value is not None:
+            values[name] = _check(name, value, f"--{name.replace('_', '-')}")
+    return Thresholds(**values)

@@ -1,0 +1,66 @@
+"""The verdict: each metric against its threshold; a failure names the metric, its value and the limit."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hybridserve.core.validate.metrics import Metrics
+from hybridserve.core.validate.thresholds import Thresholds
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    metric: str
+    value: float | None  # None: not measurable here (no graded answers)
+    limit: float
+    is_upper_limit: bool  # True: value must be <= limit
+
+    @property
+    def passed(self) -> bool:
+        if self.value is None:
+            return True
+        return self.value <= self.limit if self.is_upper_limit else self.value >= self.limit
+
+    @property
+    def message(self) -> str:
+        if self.value is None:
+            return f"{self.metric}: not measured"
+        sign = "<=" if self.is_upper_limit else ">="
+        state = "ok" if self.passed else "FAILED"
+        return f"{self.metric} {self.value:.4g} (must be {sign} {self.limit:g}): {state}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    metrics: Metrics
+    thresholds: Thresholds
+    checks: tuple[Check, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.checks)
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+    @property
+    def summary(self) -> str:
+        if self.passed:
+            return "pass: the candidate keeps the baseline's accuracy"
+        return "regression: " + "; ".join(c.message for c in self.failures)
+
+
+def judge(metrics: Metrics, thresholds: Thresholds) -> Verdict:
+    checks = [
+        Check(metric="accuracy_drop", value=metrics.accuracy_drop, limit=thresholds.max_accuracy_drop,
+              is_upper_limit=True),
+        Check(metric="token_agreement", value=metrics.token_agreement, limit=thresholds.min_token_agreement,
+              is_upper_limit=False),
+        Check(metric="mean_logprob_drift", value=metrics.mean_logprob_drift, limit=thresholds.max_logprob_drift,
+              is_upper_limit=True),
+    ]
+    if thresholds.min_candidate_accuracy is not None:
+        checks.append(Check(metric="candidate_accuracy", value=metrics.candidate_accuracy,
+                            limit=thresholds.min_candidate_accuracy, is_upper_limit=False))
+    return Verdict(metrics=metrics, thresholds=thresholds, checks=tuple(checks))

@@ -1,0 +1,187 @@
+"""Fault injection for `hybridserve validate`'s own tests: reproduce the two async-scheduling P/D race classes.
+
+Off unless `HYBRIDSERVE_FAULT` is set in a decode server's environment (validate's `--fault` sets it there).
+Each kind patches vLLM's NixlConnector pull worker (`nixl/pull_worker.py`, the decode side) in the running server:
+
+- `early_completion` (race class a): a request's NIXL READ is reported finished before its bytes are in place.
+  The READ is prepared but only posted `LATE_STEPS` worker steps later, so decode starts from whatever the
+  freshly allocated blocks held, and the late bytes land under a running step.
+- `zero_after_transfer` (race class b, vLLM PR #48481): the zeroing of newly allocated attention blocks runs
+  after the remote write has landed, wiping the received attention KV (GDN state blocks are left alone).
+- `stale_state` (race class b, vLLM PR #45357): blocks freed by a finished request are reused while a step is in
+  flight, so the newly received GDN state is overwritten by a stale state (the previous request's).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from types import ModuleType
+from typing import Any
+
+from hybridserve.core.errors import InputError
+from hybridserve.core.vllm_plugin.import_hooks import after_import
+from hybridserve.core.vllm_plugin.log import logger
+
+FAULT_ENV = "HYBRIDSERVE_FAULT"
+NIXL_PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
+LATE_STEPS = 2
+_SHARED_REGION = -1  # vLLM's _SHARED_REGION_GROUP_ID: one tensor region used by layers of several groups
+
+
+class FaultKind(enum.Enum):
+    EARLY_COMPLETION = "early_completion"
+    ZERO_AFTER_TRANSFER = "zero_after_transfer"
+    STALE_STATE = "stale_state"
+
+
+def parse_fault(text: str | None) -> str | None:
+    """Validate a fault name at the edge; None stays None (no fault)."""
+    if text is None or not text.strip():
+        return None
+    key = text.strip().lower().replace("-", "_")
+    for kind in FaultKind:
+        if kind.value == key:
+            return kind.value
+    raise InputError(f"--fault {text}: accepted: {', '.join(k.value for k in FaultKind)}")
+
+
+class _DeferringNixl:
+    """Stands in for the worker's nixl_wrapper during one `_read_blocks`: `transfer` is recorded, not posted."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner, self.deferred = inner, []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def transfer(self, handle: Any, *args: Any, **kwargs: Any) -> str:
+        self.deferred.append(handle)
+        return "PROC"
+
+
+def _pages(worker: Any, region: int) -> Any:
+    """The region's memory as [num_blocks, page bytes] (the same view vLLM's `_zero_region_blocks` builds)."""
+    import torch
+
+    base = worker.kv_caches_base_addr[worker.engine_id][worker.tp_rank][region]
+    cache = worker.device_kv_caches[worker.region_names[region]]
+    storage = cache.untyped_storage()
+    return torch.empty(0, dtype=torch.uint8, device=cache.device).set_(
+        storage, base - storage.data_ptr(),
+        (worker.region_num_blocks[region], worker.block_len_per_layer[region]),
+        (worker.block_stride_per_layer[region], 1))
+
+
+def _is_gdn_group(worker: Any, group: int) -> bool:
+    return "Mamba" in type(worker.kv_cache_config.kv_cache_groups[group].kv_cache_spec).__name__
+
+
+def _overwrite(worker: Any, meta: Any, want_gdn: bool, source: dict[int, list[int]] | None) -> int:
+    """Zero (source None) or overwrite from `source` the request's blocks of the chosen group kind."""
+    num = 0
+    for group, blocks in enumerate(meta.local_physical_block_ids):
+        if not blocks or _is_gdn_group(worker, group) != want_gdn:
+            continue
+        for region, owner in enumerate(worker.region_group_ids):
+            if owner not in (group, _SHARED_REGION):
+                continue
+            pages = _pages(worker, region)
+            for i, block in enumerate(blocks):
+                src = (source or {}).get(group)
+                if src:
+                    pages[block].copy_(pages[src[i % len(src)]])
+                else:
+                    pages[block].zero_()
+                num += 1
+    return num
+
+
+def _patch_early_completion(worker_cls: Any) -> None:
+    read, results = worker_cls._read_blocks, worker_cls.get_transfer_results
+
+    def _read_blocks(self: Any, *args: Any, **kwargs: Any) -> Any:
+        request_id = kwargs.get("request_id", args[2] if len(args) > 2 else None)
+        real, deferring = self.nixl_wrapper, _DeferringNixl(self.nixl_wrapper)
+        self.nixl_wrapper = deferring
+        try:
+            posted = read(self, *args, **kwargs)
+        finally:
+            self.nixl_wrapper = real
+        handles = self._recving_transfers.get(request_id, [])
+        late = self.__dict__.setdefault("_hybridserve_late", [])
+        step = self.__dict__.get("_hybridserve_step", 0)
+        for handle in deferring.deferred:
+            if handle in handles:
+                handles.remove(handle)  # nothing outstanding: the next poll reports the request finished
+            late.append([handle, step + LATE_STEPS, False])
+        if deferring.deferred:
+            logger.warning("hybridserve FAULT early_completion: %s reported done, READ posted %d steps late",
+                           request_id, LATE_STEPS)
+        return posted
+
+    def get_transfer_results(self: Any) -> Any:
+        step = self.__dict__["_hybridserve_step"] = self.__dict__.get("_hybridserve_step", 0) + 1
+        late = self.__dict__.setdefault("_hybridserve_late", [])
+        for entry in list(late):
+            handle, due, is_posted = entry
+            if not is_posted and step >= due:
+                self.nixl_wrapper.transfer(handle)
+                entry[2] = True
+            elif is_posted and self.nixl_wrapper.check_xfer_state(handle) != "PROC":
+                self.nixl_wrapper.release_xfer_handle(handle)
+                late.remove(entry)
+        return results(self)
+
+    worker_cls._read_blocks = _read_blocks
+    worker_cls.get_transfer_results = get_transfer_results
+
+
+def _patch_after_transfer(worker_cls: Any, kind: FaultKind) -> None:
+    results = worker_cls.get_transfer_results
+
+    def get_transfer_results(self: Any) -> Any:
+        metas = dict(self._recving_metadata)
+        out = results(self)
+        failed = getattr(out, "failed_recving", set()) or set()
+        for req_id in getattr(out, "finished_recving", ()) or ():
+            meta = metas.get(req_id)
+            if meta is None or req_id in failed:
+                continue
+            if kind is FaultKind.ZERO_AFTER_TRANSFER:
+                num = _overwrite(self, meta, want_gdn=False, source=None)
+            else:
+                previous = self.__dict__.get("_hybridserve_previous")
+                num = _overwrite(self, meta, want_gdn=True, source=previous)
+                self.__dict__["_hybridserve_previous"] = {
+                    g: list(b) for g, b in enumerate(meta.local_physical_block_ids) if b}
+            logger.warning("hybridserve FAULT %s: request %s, %d page(s) overwritten after the transfer",
+                           kind.value, req_id, num)
+        return out
+
+    worker_cls.get_transfer_results = get_transfer_results
+
+
+def patch_worker_module(module: ModuleType, kind: FaultKind) -> None:
+    worker_cls = module.NixlPullConnectorWorker
+    if getattr(worker_cls, "_hybridserve_fault", None) is not None:
+        return
+    if kind is FaultKind.EARLY_COMPLETION:
+        _patch_early_completion(worker_cls)
+    else:
+        _patch_after_transfer(worker_cls, kind)
+    worker_cls._hybridserve_fault = kind.value
+    logger.warning("hybridserve FAULT armed: %s (NixlPullConnectorWorker patched)", kind.value)
+
+
+def install_from_env() -> None:
+    """Arm the fault named in HYBRIDSERVE_FAULT (nothing when unset). An unknown name is ignored with a warning."""
+    text = os.environ.get(FAULT_ENV, "").strip()
+    if not text:
+        return
+    try:
+        kind = FaultKind(parse_fault(text))
+    except (InputError, ValueError):
+        logger.warning("hybridserve: %s=%r is not a fault kind; nothing armed", FAULT_ENV, text)
+        return
+    after_import(NIXL_PULL_WORKER_MODULE, lambda module: patch_worker_module(module, kind))

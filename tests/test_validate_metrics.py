@@ -1,0 +1,80 @@
+"""Token agreement, near-ties, drift and the verdict: pure functions on hand-made completions."""
+
+import pytest
+
+from hybridserve.core.validate.client import Completion
+from hybridserve.core.validate.dataset import AnswerKind, Example
+from hybridserve.core.validate.metrics import compare, first_divergence, summarize
+from hybridserve.core.validate.thresholds import Thresholds
+from hybridserve.core.validate.verdict import judge
+
+EX = Example(prompt="p", answer="a b", answer_kind=AnswerKind.WORDS)
+
+
+def comp(tokens, logprobs=None, gaps=None):
+    n = len(tokens)
+    return Completion(text=" ".join(tokens), tokens=tuple(tokens), logprobs=tuple(logprobs or [-0.1] * n),
+                      top2_gaps=tuple(gaps or [5.0] * n))
+
+
+@pytest.mark.parametrize("base,cand,want", [
+    (["a", "b", "c"], ["a", "b", "c"], None),
+    (["a", "b", "c"], ["a", "x", "c"], 1),
+    (["a", "b", "c"], ["a", "b"], 2),  # the candidate stopped early
+    ([], [], None),
+], ids=["identical", "middle", "shorter", "empty"])
+def test_first_divergence(base, cand, want):
+    assert first_divergence(comp(base), comp(cand)) == want
+
+
+def test_real_divergence_counts_tokens_up_to_it():
+    c = compare(0, EX, comp(["a", "b", "c", "d"]), comp(["a", "b", "x", "y"]), near_tie_tolerance=0.02)
+    assert (c.first_divergence, c.is_near_tie, c.num_agreed_tokens) == (2, False, 2)
+    assert c.is_baseline_correct and c.is_candidate_correct  # the answer is only the first two words
+
+
+def test_near_tie_divergence_is_forgiven():
+    base = comp(["a", "b", "c", "d"], gaps=[5, 5, 0.01, 5])
+    c = compare(0, EX, base, comp(["a", "b", "x", "y"]), near_tie_tolerance=0.02)
+    assert c.is_near_tie and c.num_agreed_tokens == 4
+    c = compare(0, EX, base, comp(["a", "b", "x", "y"]), near_tie_tolerance=0.005)
+    assert not c.is_near_tie and c.num_agreed_tokens == 2
+
+
+def test_drift_is_measured_only_before_the_divergence():
+    base = comp(["a", "b", "c"], logprobs=[-0.1, -0.2, -0.3])
+    cand = comp(["a", "b", "x"], logprobs=[-0.15, -0.1, -9.0])
+    c = compare(0, EX, base, cand, near_tie_tolerance=0.02)
+    assert c.num_compared == 2 and c.sum_abs_logprob_drift == pytest.approx(0.05 + 0.1)
+
+
+def test_summary_and_verdict_fail_on_wrong_answers():
+    base = [comp(["a", "b"]) for _ in range(4)]
+    cands = [comp(["a", "b"]), comp(["a", "b"]), comp(["x", "y"]), comp(["x", "y"])]
+    metrics = summarize([compare(i, EX, b, c, 0.02) for i, (b, c) in enumerate(zip(base, cands))])
+    assert metrics.baseline_accuracy == 1.0 and metrics.candidate_accuracy == 0.5
+    assert metrics.token_agreement == pytest.approx(4 / 8)
+    assert metrics.divergence_positions == (0, 0) and metrics.num_divergent_prompts == 2
+    verdict = judge(metrics, Thresholds())
+    assert not verdict.passed
+    assert {c.metric for c in verdict.failures} == {"accuracy_drop", "token_agreement"}
+    assert "accuracy_drop 0.5" in verdict.summary
+
+
+def test_verdict_passes_identical_runs_and_fails_drift_alone():
+    base = [comp(["a", "b"], logprobs=[-0.1, -0.1]) for _ in range(3)]
+    same = summarize([compare(i, EX, b, b, 0.02) for i, b in enumerate(base)])
+    assert judge(same, Thresholds()).passed and same.mean_logprob_drift == 0.0
+    drifted = [comp(["a", "b"], logprobs=[-0.3, -0.3]) for _ in range(3)]
+    metrics = summarize([compare(i, EX, b, c, 0.02) for i, (b, c) in enumerate(zip(base, drifted))])
+    verdict = judge(metrics, Thresholds())
+    assert [c.metric for c in verdict.failures] == ["mean_logprob_drift"]
+    assert metrics.token_agreement == 1.0
+
+
+def test_unanswered_examples_skip_accuracy():
+    ex = Example(prompt="p", answer=None, answer_kind=AnswerKind.NONE)
+    metrics = summarize([compare(0, ex, comp(["a"]), comp(["a"]), 0.02)])
+    assert metrics.baseline_accuracy is None and metrics.accuracy_drop is None
+    verdict = judge(metrics, Thresholds(min_candidate_accuracy=0.9))
+    assert verdict.passed  # not measurable is not a failure

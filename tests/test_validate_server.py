@@ -1,0 +1,138 @@
+"""validate end to end against fake OpenAI-compatible servers (FastAPI + uvicorn in this process).
+
+The fake "model" answers the synthetic recall prompts correctly and can be told to diverge: wrong words with a
+clear margin (a regression), wrong words at a near-tie (forgiven), or shifted logprobs (drift).
+"""
+
+import socket
+import threading
+import time
+import xml.etree.ElementTree as ET
+
+import pytest
+from typer.testing import CliRunner
+
+fastapi = pytest.importorskip("fastapi")
+uvicorn = pytest.importorskip("uvicorn")
+
+from hybridserve.cli.app import app  # noqa: E402
+from hybridserve.core.errors import CouldNotRunError  # noqa: E402
+from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate  # noqa: E402
+
+
+def fake_app(mode: str):
+    api = fastapi.FastAPI()
+
+    @api.get("/v1/models")
+    def models():
+        return {"object": "list", "data": [{"id": "fake", "object": "model"}]}
+
+    @api.post("/v1/completions")
+    def completions(body: dict):
+        words = body["prompt"].split()
+        at = words.index(words[-2])
+        tokens = (words[at + 1 :] + ["."] * 16)[: body["max_tokens"]]
+        logprobs, gaps = [-0.01] * len(tokens), [4.0] * len(tokens)
+        if mode in ("diverge", "near_tie") and int(words[-2][1:]) % 2 == 0:  # half of the prompts
+            tokens = tokens[:1] + ["w999"] * (len(tokens) - 1)
+            if mode == "near_tie":
+                gaps[1] = 0.001
+        if mode == "drift":
+            logprobs = [-0.5] * len(tokens)
+        top = [{t: lp, "w000": lp - g} for t, lp, g in zip(tokens, logprobs, gaps)]
+        return {"choices": [{"text": " " + " ".join(tokens), "logprobs": {
+            "tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top}}]}
+
+    return api
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """One fake server per mode, each on a free port; stopped at the end of the module."""
+    urls, handles = {}, []
+    for mode in ("good", "diverge", "near_tie", "drift"):
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        sock.close()
+        server = uvicorn.Server(uvicorn.Config(fake_app(mode), host="127.0.0.1", port=port, log_level="error"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 20
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.started, f"fake server {mode} did not start"
+        urls[mode] = f"http://127.0.0.1:{port}"
+        handles.append((server, thread))
+    yield urls
+    for server, thread in handles:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def run(base_url, cand_url, num=16):
+    return validate(ValidateRequest(baseline=parse_target(base_url, what="baseline"),
+                                    candidate=parse_target(cand_url, what="candidate"),
+                                    dataset=load_dataset("synthetic", num_prompts=num, seed=1)))
+
+
+def test_identical_servers_pass(servers):
+    report = run(servers["good"], servers["good"])
+    m = report.verdict.metrics
+    assert report.verdict.passed
+    assert m.baseline_accuracy == 1.0 and m.candidate_accuracy == 1.0 and m.token_agreement == 1.0
+
+
+def test_divergent_candidate_fails_and_names_metrics(servers):
+    report = run(servers["good"], servers["diverge"])
+    m = report.verdict.metrics
+    assert not report.verdict.passed
+    assert m.candidate_accuracy < 1.0 and set(m.divergence_positions) == {1}
+    assert {c.metric for c in report.verdict.failures} >= {"accuracy_drop", "token_agreement"}
+
+
+def test_near_ties_are_forgiven_but_accuracy_still_counts(servers):
+    report = run(servers["good"], servers["near_tie"])
+    m = report.verdict.metrics
+    assert m.token_agreement == 1.0 and m.num_near_tie_prompts > 0 and m.num_divergent_prompts == 0
+    assert [c.metric for c in report.verdict.failures] == ["accuracy_drop"]
+
+
+def test_logprob_drift_alone_fails(servers):
+    report = run(servers["good"], servers["drift"])
+    assert [c.metric for c in report.verdict.failures] == ["mean_logprob_drift"]
+    assert report.verdict.metrics.mean_logprob_drift == pytest.approx(0.49)
+
+
+def test_unreachable_endpoint_could_not_run(servers):
+    with pytest.raises(CouldNotRunError, match="127.0.0.1:9"):
+        run(servers["good"], "http://127.0.0.1:9", num=2)
+
+
+def test_cli_exit_codes_json_and_junit(servers, tmp_path):
+    runner = CliRunner()
+    junit = tmp_path / "v.xml"
+    args = ["validate", "--baseline", servers["good"], "--num-prompts", "8", "--junit", str(junit), "--json"]
+    ok = runner.invoke(app, [*args, "--candidate", servers["good"]])
+    assert ok.exit_code == 0, ok.output
+    assert '"passed": true' in ok.stdout
+    assert ET.parse(junit).getroot().get("failures") == "0"
+    bad = runner.invoke(app, [*args, "--candidate", servers["diverge"]])
+    assert bad.exit_code == 1
+    suite = ET.parse(junit).getroot()
+    failed = {c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None}
+    assert "accuracy_drop" in failed and int(suite.get("failures")) == len(failed)
+    down = runner.invoke(app, ["validate", "--baseline", servers["good"], "--candidate", "http://127.0.0.1:9",
+                               "--num-prompts", "2"])
+    assert down.exit_code == 2 and "127.0.0.1:9" in down.output
+
+
+def test_cli_refuses_bad_input():
+    runner = CliRunner()
+    for args, needle in [(["--candidate", "pd-fast"], "accepted"), (["--dataset", "nope.txt"], "synthetic"),
+                         (["--fault", "melt"], "early_completion"), (["--max-tokens", "0"], "at least 1"),
+                         (["--baseline", "http://x:1", "--fault", "stale_state", "--candidate", "http://y:1"],
+                          "configuration")]:
+        result = runner.invoke(app, ["validate", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert needle in result.output
