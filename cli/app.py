@@ -7,6 +7,7 @@ import typer
 from hybridserve.cli import plan
 from hybridserve.cli import tune, verify
 from hybridserve.cli import launch
+from hybridserve.cli import validate
 from hybridserve.cli.guard import guarded
 
 app = typer.Typer(
@@ -31,6 +32,7 @@ _MANY = {"allow_extra_args": True}
 app.command("verify", context_settings=_MANY)(guarded(verify.command))
 app.command("tune", context_settings=_MANY)(guarded(tune.command))
 app.command("launch")(guarded(launch.command))
+app.command("validate")(guarded(validate.command))
 
 
 def main() -> None:

@@ -25,6 +25,7 @@ def register() -> None:
     torchvision_shim.install_lazy()
     async_scheduling.install_scheduler_log()
     transfer_log.install()
+    from hybridserve.core.vllm_plugin import faults; faults.install_from_env()  # validate (issue 6): off unless HYBRIDSERVE_FAULT
     if config.keep_async_scheduling:
         async_scheduling.install_keep_async()
     if config.nixl_progress_delay_us is not None:
