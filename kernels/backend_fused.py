@@ -87,4 +87,4 @@ class FusedTritonBackend(Backend):
                 max_seqlen=None, **knobs: Any):
         run = _load()
         return run.gdn_prefill(q, k, v, g, beta, cu_seqlens, scale, initial_state, output_final_state,
-                               knobs=run.FusedKnobs(**knobs))
+                               knobs=run.FusedKnobs(**knobs), max_seqlen=max_seqlen)

@@ -14,16 +14,21 @@ Dots run on tensor cores in the input dtype (DOT: bf16/fp16) with fp32 accumulat
 is cast to DOT only as a dot operand (as fla does). Triton's CPU interpreter multiplies bf16 operands as their raw
 uint16 bits, so under TRITON_INTERPRET=1 the host passes DOT = float32.
 
-A work item is a token range [bos, eos) with an initial-state row and a final-state row (-1: zero / not stored),
-so the same kernel serves whole sequences (one item per sequence) and the context-parallel passes of
-kernels/fused_triton_cp.py. TRANSITION mode walks with v = 0 from S = I[:, slice]: the result is the slice of the
-range's state transition matrix M (S_end = M S_start + S_local).
+The same kernel serves whole sequences (PASS = WHOLE, one program row per sequence) and the context-parallel passes
+of kernels/fused_triton_cp.py, whose rows are (sequence, segment) pairs computed from cu_seqlens in-kernel (no host
+sync). TRANSITION walks with v = 0 from S = I[:, slice]: the result is that slice of the segment's state transition
+matrix M (S_end = M S_start + S_local).
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+WHOLE: tl.constexpr = tl.constexpr(0)
+LOCAL: tl.constexpr = tl.constexpr(1)
+TRANSITION: tl.constexpr = tl.constexpr(2)
+OUTPUT: tl.constexpr = tl.constexpr(3)
 
 
 @triton.jit
@@ -65,37 +70,70 @@ def _unit_lower_inverse(a, C: tl.constexpr, BLK: tl.constexpr, LOG_NB: tl.conste
 
 
 @triton.jit
-def _load_state(h0, init_row, i_h, o_k, o_v, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-                BV: tl.constexpr, HAS_INIT: tl.constexpr, TRANSITION: tl.constexpr):
+def _work_item(cu_seqlens, i_item, seg_len, max_segs, PASS: tl.constexpr):
+    """(bos, eos, n, j, count, active) of program row i_item: a whole sequence (PASS 0) or segment j of sequence n
+    (CP passes; row = n * max_segs + j, rows past a sequence's segments, or not in this pass, are inactive)."""
+    if PASS == WHOLE:
+        n = i_item
+        j = 0
+    else:
+        n = i_item // max_segs
+        j = i_item % max_segs
+    start = tl.load(cu_seqlens + n).to(tl.int32)
+    end = tl.load(cu_seqlens + n + 1).to(tl.int32)
+    if PASS == WHOLE:
+        bos = start
+        eos = end
+        count = 1
+    else:
+        count = tl.maximum(tl.cdiv(end - start, seg_len), 1)
+        bos = start + j * seg_len
+        eos = tl.minimum(bos + seg_len, end)
+    active = j < count
+    if PASS == LOCAL:
+        active = j < count - 1
+    if PASS == TRANSITION:
+        active = (j >= 1) & (j < count - 1)
+    return bos, eos, n, j, count, active
+
+
+@triton.jit
+def _load_state(h0, h_mid, i_item, n, j, i_h, o_k, o_v, HV, DK: tl.constexpr, DV: tl.constexpr,
+                BV: tl.constexpr, HAS_INIT: tl.constexpr, PASS: tl.constexpr):
+    """The start state slice [DK, BV]: the initial state for a sequence's first range, the combined start state
+    (h_mid) for later output segments, zero for later local segments, I[:, slice] for transitions."""
     s = tl.zeros([DK, BV], dtype=tl.float32)
-    if TRANSITION:
+    offs = o_k[:, None] * DV + o_v[None, :]
+    if PASS == TRANSITION:
         s = tl.where(o_k[:, None] == o_v[None, :], 1.0, 0.0)
-    elif HAS_INIT:
-        if init_row >= 0:
-            base = (init_row.to(tl.int64) * HV + i_h) * DK * DV
-            s = tl.load(h0 + base + o_k[:, None] * DV + o_v[None, :])
+    elif j == 0:
+        if HAS_INIT:
+            s = tl.load(h0 + (n.to(tl.int64) * HV + i_h) * DK * DV + offs)
+    elif PASS == OUTPUT:
+        s = tl.load(h_mid + (i_item.to(tl.int64) * HV + i_h) * DK * DV + offs)
     return s
 
 
 @triton.jit
 def gdn_walk_kernel(
-    q, k, v, g, beta, o, h0, ht, item_bos, item_eos, item_init, item_final, scale,
-    HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-    C: tl.constexpr, BV: tl.constexpr, BLK: tl.constexpr, LOG_NB: tl.constexpr,
-    HAS_INIT: tl.constexpr, WRITE_O: tl.constexpr, TRANSITION: tl.constexpr, DOT: tl.constexpr,
+    q, k, v, g, beta, o, h0, h_mid, ht, cu_seqlens, scale, HK, HV, seg_len, max_segs,
+    DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, BLK: tl.constexpr,
+    LOG_NB: tl.constexpr, HAS_INIT: tl.constexpr, PASS: tl.constexpr, WRITE_O: tl.constexpr, DOT: tl.constexpr,
 ):
+    """PASS: WHOLE (one program row per sequence: o and final state), or the context-parallel passes LOCAL (end
+    state from a zero start, into ht[row]), TRANSITION (M[:, slice] into ht[row]) and OUTPUT (o from the combined
+    start states in h_mid; final state of a sequence's last segment into ht[n])."""
     i_item, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    bos = tl.load(item_bos + i_item).to(tl.int32)
-    eos = tl.load(item_eos + i_item).to(tl.int32)
-    init_row = tl.load(item_init + i_item).to(tl.int32)
-    final_row = tl.load(item_final + i_item).to(tl.int32)
+    bos, eos, n, j, count, active = _work_item(cu_seqlens, i_item, seg_len, max_segs, PASS)
+    if not active:
+        return
     i_kh = i_h // (HV // HK)  # GVA: contiguous groups of value heads share a key head
     o_c = tl.arange(0, C)
     o_k = tl.arange(0, DK)
     o_v = i_v * BV + tl.arange(0, BV)
+    s = _load_state(h0, h_mid, i_item, n, j, i_h, o_k, o_v, HV, DK, DV, BV, HAS_INIT, PASS)
     causal = o_c[:, None] >= o_c[None, :]
     strict = o_c[:, None] > o_c[None, :]
-    s = _load_state(h0, init_row, i_h, o_k, o_v, HV, DK, DV, BV, HAS_INIT, TRANSITION)
     for t0 in range(bos, eos, C):
         rows = t0 + o_c
         valid = rows < eos
@@ -113,7 +151,7 @@ def gdn_walk_kernel(
         a = tl.where(strict, bc[:, None] * tl.exp(tl.where(strict, diff, 0.0)) * kk, 0.0)
         t_inv = _unit_lower_inverse(a, C, BLK, LOG_NB)
         ks = tl.dot(kc, s.to(DOT))
-        if TRANSITION:
+        if PASS == TRANSITION:
             rhs = -(bc * egc)[:, None] * ks
         else:
             vc = tl.load(v + (rows64[:, None] * HV + i_h) * DV + o_v[None, :], mask=valid[:, None], other=0.0)
@@ -129,6 +167,11 @@ def gdn_walk_kernel(
                      mask=valid[:, None])
         kd = (kc * tl.exp(g_last - gcum)[:, None]).to(DOT)
         s = s * tl.exp(g_last) + tl.dot(tl.trans(kd), u)
-    if final_row >= 0:
-        base = (final_row.to(tl.int64) * HV + i_h) * DK * DV
-        tl.store(ht + base + o_k[:, None] * DV + o_v[None, :], s)
+    offs = o_k[:, None] * DV + o_v[None, :]
+    if PASS == WHOLE:
+        tl.store(ht + (n.to(tl.int64) * HV + i_h) * DK * DV + offs, s)
+    elif PASS == OUTPUT:
+        if j == count - 1:
+            tl.store(ht + (n.to(tl.int64) * HV + i_h) * DK * DV + offs, s)
+    else:
+        tl.store(ht + (i_item.to(tl.int64) * HV + i_h) * DK * DV + offs, s)

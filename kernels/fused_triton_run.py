@@ -16,6 +16,7 @@ import triton.language as tl
 
 from hybridserve.kernels.fused_triton import gdn_walk_kernel
 
+WHOLE, LOCAL, TRANSITION, OUTPUT = 0, 1, 2, 3  # the kernel's PASS values
 _DOT_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
@@ -48,21 +49,22 @@ class FusedKnobs:
             raise ValueError(f"cp_segment={self.cp_segment}: needs a multiple of chunk_size and dk == dv")
 
 
-def launch_walk(x: dict, items: tuple[torch.Tensor, ...], out: torch.Tensor, h0: torch.Tensor | None,
-                ht: torch.Tensor, knobs: FusedKnobs, *, write_o: bool = True, transition: bool = False) -> None:
-    """One launch of the walk kernel over `items` = (bos, eos, init_row, final_row) int32 tensors."""
+def launch_walk(x: dict, cu_seqlens: torch.Tensor, num_rows: int, out: torch.Tensor, h0: torch.Tensor | None,
+                ht: torch.Tensor, knobs: FusedKnobs, *, pass_id: int = WHOLE, h_mid: torch.Tensor | None = None,
+                max_segs: int = 1) -> None:
+    """One launch of the walk kernel over `num_rows` program rows (sequences, or sequence x segment pairs)."""
     q, k, v = x["q"], x["k"], x["v"]
-    num_items = items[0].shape[0]
     hk, dk, hv, dv = k.shape[1], k.shape[2], v.shape[1], v.shape[2]
-    if num_items == 0:
+    if num_rows == 0:
         return
-    width = dk if transition else dv
-    grid = (num_items, hv, width // knobs.block_v)
+    width = dk if pass_id == TRANSITION else dv
+    grid = (num_rows, hv, width // knobs.block_v)
     gdn_walk_kernel[grid](
-        q, k, v, x["g"], x["beta"], out, h0 if h0 is not None else ht, ht, *items, x["scale"],
-        HK=hk, HV=hv, DK=dk, DV=dv, C=knobs.chunk_size, BV=knobs.block_v, BLK=knobs.solve_block,
-        LOG_NB=max(int(math.log2(knobs.chunk_size // knobs.solve_block)), 1),
-        HAS_INIT=h0 is not None, WRITE_O=write_o, TRANSITION=transition, DOT=dot_dtype(q.dtype),
+        q, k, v, x["g"], x["beta"], out, ht if h0 is None else h0, ht if h_mid is None else h_mid, ht, cu_seqlens,
+        x["scale"], hk, hv, max(knobs.cp_segment, 1), max_segs,
+        DK=dk, DV=dv, C=knobs.chunk_size, BV=knobs.block_v, BLK=knobs.solve_block,
+        LOG_NB=max(int(math.log2(knobs.chunk_size // knobs.solve_block)), 1), HAS_INIT=h0 is not None,
+        PASS=pass_id, WRITE_O=pass_id in (WHOLE, OUTPUT), DOT=dot_dtype(q.dtype),
         num_warps=knobs.num_warps, num_stages=knobs.num_stages,
     )
 
@@ -78,7 +80,8 @@ def _prepare(q, k, v, g, beta, scale) -> dict:
 
 
 def gdn_prefill(q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
-                knobs: FusedKnobs | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                knobs: FusedKnobs | None = None, max_seqlen: int | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(o [T, Hv, dv] in q's dtype, final_state [N, Hv, dk, dv] float32 or None)."""
     knobs = knobs or FusedKnobs()
     knobs.check(k.shape[2], v.shape[2])
@@ -87,12 +90,13 @@ def gdn_prefill(q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, ou
     out = torch.empty_like(x["v"], dtype=q.dtype)
     final = torch.empty(num_seqs, hv, dk, dv, dtype=torch.float32, device=q.device)
     h0 = None if initial_state is None else initial_state.float().contiguous()
-    if knobs.cp_segment:
+    cu = cu_seqlens.to(torch.int32)
+    if knobs.cp_segment and max_seqlen is None:
+        max_seqlen = int((cu[1:] - cu[:-1]).max()) if num_seqs else 0  # one host sync; callers pass it
+    if knobs.cp_segment and max_seqlen > knobs.cp_segment:
         from hybridserve.kernels.fused_triton_cp import run_context_parallel
 
-        run_context_parallel(x, cu_seqlens, out, h0, final, knobs)
+        run_context_parallel(x, cu, max_seqlen, out, h0, final, knobs)
     else:
-        cu = cu_seqlens.to(torch.int32)
-        rows = torch.arange(num_seqs, dtype=torch.int32, device=q.device)
-        launch_walk(x, (cu[:-1], cu[1:], rows, rows), out, h0, final, knobs)
+        launch_walk(x, cu, num_seqs, out, h0, final, knobs)
     return out, (final if output_final_state else None)
