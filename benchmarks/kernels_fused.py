@@ -38,6 +38,9 @@ EXTRA_FUSED: tuple[KnobSetting, ...] = (
     (("block_v", 64), ("solve_block", 8)),
     (("block_v", 64), ("num_stages", 2)),
     (("block_v", 32), ("num_warps", 2)),
+    (("block_v", 64), ("solve_block", 4)),
+    (("block_v", 64), ("chunk_size", 32)),
+    (("block_v", 32), ("cp_segment", 1024)),
 )
 
 
@@ -140,6 +143,7 @@ def main() -> int:
     parser.add_argument("--tps", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--shapes", nargs="+", default=[s.label for s in DEFAULT_SHAPES])
     parser.add_argument("--skip-verify", action="store_true")
+    parser.add_argument("--max-seconds", type=float, default=480.0, help="start no new shape after this")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("needs a CUDA GPU", file=sys.stderr)
@@ -147,10 +151,13 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.skip_verify:
         verify(args.out)
-    model, results = load_model(MODEL), []
+    model, results, started_all = load_model(MODEL), [], time.perf_counter()
     for tp in args.tps:
         hk, hv = model_heads(model, tp)
         for text in args.shapes:
+            if time.perf_counter() - started_all > args.max_seconds:
+                print(f"time budget spent: TP{tp} {text} and later shapes not timed", flush=True)
+                continue
             batch = parse_shape(text)
             shape = GdnShape(seqlens=(batch.seq_len,) * batch.num_seqs, num_key_heads=hk, num_value_heads=hv)
             started = time.perf_counter()
