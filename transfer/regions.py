@@ -72,3 +72,14 @@ def allocate(layout: RankLayout, rank: int, num_blocks: int, *, seed: int, devic
                       device_id=dev.index or 0)
     regions.fill()
     return regions
+
+
+def prefill_seed(layout: RankLayout, rank: int, base: int) -> int:
+    """Pattern seed of a prefill rank. Ranks holding replicated KV heads (TP > KV heads) hold identical KV in
+    vLLM, so they share a seed: a reader may take a replicated head from any of them (vLLM reads chunks of it
+    from each, ours reads it once). Their GDN rows then match too, so for those ranks the check can not tell
+    which of them a GDN row came from; offsets inside the page are still checked."""
+    from hybridserve.transfer.geometry import kv_heads
+
+    first = next(q for q in range(layout.request.tp) if kv_heads(layout, q) == kv_heads(layout, rank))
+    return base + first

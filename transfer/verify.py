@@ -38,12 +38,13 @@ def check_request(local: Regions, prefill: RankLayout, prefill_seeds: list[int],
     for j, actual in enumerate(local.tensors):
         expected = pattern(local.seed, j, 0, actual.numel(), actual.device)
         moved += _overlay(expected, j, local, prefill, prefill_seeds, blocks, whole_blocks)
-        diff = actual != expected
-        count = int(diff.sum())
-        if count and first is None:
-            first = f"tensor {j}, byte offset {int(torch.nonzero(diff)[0])}"
-        mismatched += count
         checked += actual.numel()
+        if torch.equal(actual, expected):
+            continue
+        diff = actual != expected
+        mismatched += int(diff.sum())
+        if first is None:
+            first = f"tensor {j}, byte offset {int(torch.nonzero(diff)[0])}"
     return CheckResult(checked_bytes=checked, moved_bytes=moved, mismatched_bytes=mismatched, first_mismatch=first)
 
 
