@@ -81,7 +81,7 @@ class DecodeWorker(_Worker):
             self.agent.release(self.peers.pop(rank)[1])
 
     def read(self, *, request_id: str, blocks: RequestBlocks, scheme: Scheme, timeout_s: float,
-             check_ranges: bool = True) -> dict[str, Any]:
+             check_ranges: bool = True, started_path: str | None = None) -> dict[str, Any]:
         local = self.regions.side()
         t0 = time.perf_counter()
         reads = BUILDERS[scheme](local, {r: s for r, (_, _, s) in self.peers.items()}, blocks)
@@ -93,7 +93,8 @@ class DecodeWorker(_Worker):
         try:
             timing = read_request(self.agent, names, reads, mem=self.regions.mem, notif=notif, timeout_s=timeout_s,
                                   local_regions=local_regions if check_ranges else None,
-                                  remote_regions=remote_regions if check_ranges else None)
+                                  remote_regions=remote_regions if check_ranges else None,
+                                  on_post=(lambda: open(started_path, "w").close()) if started_path else None)
         except TransferError as exc:
             if exc.phase == "transfer":  # the connection is poisoned (NIXL): drop the peer, reconnect later
                 for rank, (name, _, _) in list(self.peers.items()):

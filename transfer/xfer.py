@@ -8,6 +8,7 @@ phase, after every handle of the request is released (the caller then frees the 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,8 @@ def check_ranges(rows: np.ndarray, regions: list[Region], *, side: str, peer: st
 
 def read_request(agent: Agent, peers: dict[int, str], reads: list[ReadDescriptors], *, mem: str, notif: bytes,
                  timeout_s: float, local_regions: list[Region] | None = None,
-                 remote_regions: dict[int, list[Region]] | None = None) -> ReadTiming:
+                 remote_regions: dict[int, list[Region]] | None = None,
+                 on_post: Callable[[], None] | None = None) -> ReadTiming:
     """READ every ReadDescriptors from its prefill rank (`peers`: rank -> agent name) within `timeout_s`."""
     if local_regions is not None and remote_regions is not None:
         for read in reads:
@@ -63,6 +65,8 @@ def read_request(agent: Agent, peers: dict[int, str], reads: list[ReadDescriptor
         for read in reads:
             handles.append((peers[read.remote_rank], _make(agent, peers[read.remote_rank], read, mem, notif, keys)))
         t1 = time.perf_counter()
+        if on_post is not None:  # lets a test act (kill the peer) while the transfer runs
+            on_post()
         states = [_post(agent, peer, h, notif) for peer, h in handles]
         t2 = time.perf_counter()
         _wait(agent, handles, states, deadline=t1 + timeout_s, timeout_s=timeout_s)
