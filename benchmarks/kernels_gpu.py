@@ -43,6 +43,7 @@ def main() -> int:
     ap.add_argument("--shapes", nargs="+", default=None, help="NxL batch shapes; default: the 5 default shapes")
     ap.add_argument("--head-dim", type=int, default=128, help="head size of the generic verify cases")
     ap.add_argument("--long-len", type=int, default=1000)
+    ap.add_argument("--verify-cases", nargs="+", default=None, help="case ids to verify; default: all")
     args = ap.parse_args()
     _importable()
     from rich.console import Console
@@ -67,7 +68,9 @@ def main() -> int:
     if not args.skip_verify:
         say("verify: start")
         cases = case_matrix(head_dim=args.head_dim, long_len=args.long_len, model=spec, tps=tuple(args.tp))
-        report = run_verify(registry.select(args.verify_backends), cases, progress=lambda s: log.write(s + "\n"))
+        cases = [c for c in cases if args.verify_cases is None or c.case_id in args.verify_cases]
+        report = run_verify(registry.select(args.verify_backends), cases,
+                            progress=lambda s: log.write(f"[{time.time() - started:7.1f}s] {s}\n"))
         with open(args.out / "verify.txt", "w") as fh:
             verify_cli.out_console = Console(file=fh, width=200)
             verify_cli._render(report)
@@ -75,7 +78,7 @@ def main() -> int:
         say(f"verify: done, ok={report.is_ok}, failures={len(report.failures)}, "
             f"unavailable={report.unavailable}")
         print((args.out / "verify.txt").read_text(), flush=True)
-    _tune(args, spec, started, say, tune_cli, lambda s: log.write(s + "\n"))
+    _tune(args, spec, started, say, tune_cli, lambda s: log.write(f"[{time.time() - started:7.1f}s] {s}\n"))
     return 0
 
 

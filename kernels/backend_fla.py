@@ -48,6 +48,6 @@ class FlaBackend(Backend):
         o, state = _load().chunk_gated_delta_rule(
             q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), g.unsqueeze(0), beta.unsqueeze(0),
             scale=scale, initial_state=initial_state, output_final_state=output_final_state,
-            cu_seqlens=cu_seqlens.long(), **knobs,
+            cu_seqlens=cu_seqlens, **knobs,  # as given: fla caches chunk indices per cu_seqlens object
         )
         return o.squeeze(0), state

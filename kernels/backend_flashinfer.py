@@ -9,6 +9,7 @@ length (a multiple of 512 here; FlashInfer's granularity).
 
 from __future__ import annotations
 
+import collections
 import functools
 import importlib
 from typing import Any
@@ -53,6 +54,18 @@ class FlashInferBackend(Backend):
         settings += [(("use_cp", True), ("cp_chunk_len", n)) for n in CP_CHUNK_LENGTHS if n < longest]
         return settings
 
+    def __init__(self) -> None:
+        self._seen: collections.deque = collections.deque(maxlen=8)
+
+    def _has_empty(self, cu_seqlens: torch.Tensor) -> bool:
+        """Whether a sequence is empty; read from the GPU once per cu_seqlens object (fla caches the same way)."""
+        for seen, answer in self._seen:
+            if seen is cu_seqlens:
+                return answer
+        answer = bool((cu_seqlens[1:] == cu_seqlens[:-1]).any())
+        self._seen.append((cu_seqlens, answer))
+        return answer
+
     def prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
                 max_seqlen=None, **knobs: Any):
         num_seqs, num_value_heads = cu_seqlens.shape[0] - 1, v.shape[1]
@@ -61,9 +74,12 @@ class FlashInferBackend(Backend):
                                 device=q.device)
         else:
             state = initial_state.transpose(-1, -2).contiguous()
+        # FlashInfer leaves the final state of an empty sequence unwritten: prefill it with the initial state then.
+        output_state = state.clone() if self._has_empty(cu_seqlens) else None
         o, final = _load().chunk_gated_delta_rule(
             q.contiguous(), k.contiguous(), v.contiguous(), g=torch.exp(g.float()), beta=beta.float(),
             scale=scale, initial_state=state, output_final_state=True, cu_seqlens=cu_seqlens,
+            output_state=output_state,
             use_cp=knobs.get("use_cp", "auto"), _cp_chunk_len=knobs.get("cp_chunk_len"), max_seqlen=max_seqlen,
         )
         return o, (final.transpose(-1, -2) if output_final_state else None)

@@ -63,7 +63,7 @@ def _candidates(req: TuneRequest, shape: GdnShape, rejected: dict[str, str]) -> 
 
 
 def _time_all(req: TuneRequest, shape: GdnShape, choices: list[Choice], progress: Progress | None,
-              ) -> tuple[dict[Choice, float], dict[Choice, float]]:
+              ) -> tuple[dict[Choice, float], dict[Choice, float], dict[Choice, float]]:
     sets = [make_inputs(shape, dtype=TORCH_DTYPES[req.dtype], device=req.device, seed=s)
             for s in range(req.num_input_sets)]
     by_name = {b.name: b for b in req.backends}
@@ -74,13 +74,15 @@ def _time_all(req: TuneRequest, shape: GdnShape, choices: list[Choice], progress
                 for x in sets]
 
     passes: list[dict[Choice, float]] = [{}, {}]
+    host: dict[Choice, float] = {}
     for i, order in enumerate((choices, list(reversed(choices)))):
         for c in order:
+            samples = time_calls(calls(c), req.device, req.timing)
+            passes[i][c], host[c] = median_ms(samples.device_ms), median_ms(samples.host_ms)
             if progress:
-                progress(f"pass {i + 1} {c.label}")
-            passes[i][c] = median_ms(time_calls(calls(c), req.device, req.timing))
+                progress(f"pass {i + 1} {c.label} {passes[i][c]:.4f} ms (host {host[c]:.4f} ms)")
     del sets
-    return passes[0], passes[1]
+    return passes[0], passes[1], host
 
 
 def tune_shape(req: TuneRequest, tp: int, batch: BatchShape, progress: Progress | None = None) -> TunedEntry | None:
@@ -92,7 +94,7 @@ def tune_shape(req: TuneRequest, tp: int, batch: BatchShape, progress: Progress 
     choices = _candidates(req, shape, rejected)
     if not choices:
         return None
-    first, confirm = _time_all(req, shape, choices, progress)
+    first, confirm, host = _time_all(req, shape, choices, progress)
     ranked = tuple(sorted(choices, key=lambda c: first[c]))
     winner = ranked[0]
 
@@ -107,7 +109,8 @@ def tune_shape(req: TuneRequest, tp: int, batch: BatchShape, progress: Progress 
         best_ms=round(min(confirm.values()), 5), fla_ms=time_of("fla", ()),
         flashinfer_auto_ms=time_of("flashinfer", (("use_cp", "auto"),)),
         times_ms={c.label: round(confirm[c], 5) for c in ranked},
-        first_pass_ms={c.label: round(first[c], 5) for c in ranked}, rejected=rejected, ranked=ranked,
+        first_pass_ms={c.label: round(first[c], 5) for c in ranked},
+        host_ms={c.label: round(host[c], 5) for c in ranked}, rejected=rejected, ranked=ranked,
     )
 
 

@@ -42,6 +42,7 @@ class TunedEntry:
     flashinfer_auto_ms: float | None
     times_ms: dict[str, float]  # every verified setting, confirmation pass
     first_pass_ms: dict[str, float] = field(default_factory=dict)  # the pass that picked the winner
+    host_ms: dict[str, float] = field(default_factory=dict)  # host time to enqueue one call (confirmation pass)
     rejected: dict[str, str] = field(default_factory=dict)  # setting -> why (wrong result, raised)
     ranked: tuple[Choice, ...] = ()  # verified settings, fastest first (dispatch falls back along it)
 
