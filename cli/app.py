@@ -8,6 +8,7 @@ from hybridserve.cli import plan
 from hybridserve.cli import tune, verify
 from hybridserve.cli import launch
 from hybridserve.cli import validate
+from hybridserve.cli import transfer
 from hybridserve.cli.guard import guarded
 
 app = typer.Typer(
@@ -33,6 +34,7 @@ app.command("verify", context_settings=_MANY)(guarded(verify.command))
 app.command("tune", context_settings=_MANY)(guarded(tune.command))
 app.command("launch")(guarded(launch.command))
 app.command("validate")(guarded(validate.command))
+app.add_typer(transfer.app, name="transfer")
 
 
 def main() -> None:

@@ -44,14 +44,16 @@ class Agent:
     """A NIXL agent with the UCX backend; `progress_delay_us=None` runs without a progress thread."""
 
     def __init__(self, *, role: str, rank: int, progress_delay_us: int | None = DEFAULT_PROGRESS_DELAY_US,
-                 telemetry: bool = False) -> None:
+                 telemetry: bool = False, num_threads: int = 0, thread_safe: bool = True) -> None:
         api = import_nixl()
         self.name = incarnation_name(role, rank)
         self._releases: dict[int, tuple[str, Callable[[], None]]] = {}
         self._keys = itertools.count()
         self.inbox: list[tuple[str, bytes]] = []  # notifications not yet claimed by a waiter
         config = api.nixl_agent_config(enable_prog_thread=progress_delay_us is not None, enable_listen_thread=False,
-                                       capture_telemetry=telemetry, backends=["UCX"])
+                                       capture_telemetry=telemetry, num_threads=num_threads, backends=["UCX"],
+                                       # reader-writer locking: transfers may be posted from several threads
+                                       sync_mode=api.nixl_thread_sync_t.NIXL_THREAD_SYNC_RW if thread_safe else None)
         try:
             self.nixl = _create(api, self.name, config, progress_delay_us or 0)
         except Exception as exc:  # nixlBackendError etc.: UCX could not start

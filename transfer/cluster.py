@@ -17,11 +17,12 @@ class Cluster:
     """`with Cluster(2, 1) as c: c.setup(plan, num_blocks); c.move(blocks, Scheme.OURS, "r1")`."""
 
     def __init__(self, prefill_tp: int, decode_tp: int, *, device: str = "cpu", telemetry: bool = True,
-                 wait_s: float = 120.0) -> None:
+                 wait_s: float = 120.0, num_threads: int = 0) -> None:
         self.group = RankGroup()
         self.wait_s = wait_s
         self.prefill: list[RankProcess] = [self.group.start("prefill", p, device=device) for p in range(prefill_tp)]
-        self.decode: list[RankProcess] = [self.group.start("decode", d, device=device, telemetry=telemetry)
+        self.decode: list[RankProcess] = [self.group.start("decode", d, device=device, telemetry=telemetry,
+                                                          num_threads=num_threads)
                                           for d in range(decode_tp)]
         self.plan: Plan | None = None
 
@@ -52,15 +53,16 @@ class Cluster:
                 proc.call("connect", self.wait_s, rank=p, host="127.0.0.1", port=infos[p]["port"],
                           layout=plan.prefill, timeout_s=connect_timeout_s)
 
-    def move(self, blocks: RequestBlocks, scheme: Scheme, request_id: str, *, timeout_s: float = 60.0
-             ) -> list[dict[str, Any]]:
+    def move(self, blocks: RequestBlocks, scheme: Scheme, request_id: str, *, timeout_s: float = 60.0,
+             streams: int = 1) -> list[dict[str, Any]]:
         """Every decode rank READs the request; every prefill rank waits for its notifications."""
         readers = {p: 0 for p in range(len(self.prefill))}
         for d in range(len(self.decode)):
             for p in read_ranks(len(self.prefill), len(self.decode), d):
                 readers[p] += 1
         for proc in self.decode:
-            proc.send("read", request_id=request_id, blocks=blocks, scheme=scheme, timeout_s=timeout_s)
+            proc.send("read", request_id=request_id, blocks=blocks, scheme=scheme, timeout_s=timeout_s,
+                      streams=streams)
         waiting = [(self.prefill[p], n) for p, n in readers.items() if n]
         for proc, n in waiting:
             proc.send("await_reads", request_id=request_id, expected=n, timeout_s=timeout_s)

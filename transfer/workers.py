@@ -22,8 +22,9 @@ BUILDERS = {Scheme.VLLM: descriptors_vllm.build, Scheme.OURS: descriptors_ours.b
 
 class _Worker:
     def __init__(self, rank: int, *, device: str = "cpu", progress_delay_us: int | None = DEFAULT_PROGRESS_DELAY_US,
-                 telemetry: bool = False) -> None:
+                 telemetry: bool = False, num_threads: int = 0) -> None:
         self.rank, self.device, self.delay, self.telemetry = rank, device, progress_delay_us, telemetry
+        self.num_threads = num_threads
         self.regions: Regions | None = None
         self.agent: Agent | None = None
 
@@ -62,7 +63,8 @@ class DecodeWorker(_Worker):
     def setup(self, *, layout: RankLayout, num_blocks: int, seed: int) -> dict[str, Any]:
         self.close()
         self.regions = allocate(layout, self.rank, num_blocks, seed=seed, device=self.device)
-        self.agent = Agent(role="decode", rank=self.rank, progress_delay_us=self.delay, telemetry=self.telemetry)
+        self.agent = Agent(role="decode", rank=self.rank, progress_delay_us=self.delay, telemetry=self.telemetry,
+                           num_threads=self.num_threads)
         self.agent.register(self.regions.tensors)
         self.peers: dict[int, tuple[str, int, Side]] = {}
         return {"agent": self.agent.name}
@@ -81,7 +83,7 @@ class DecodeWorker(_Worker):
             self.agent.release(self.peers.pop(rank)[1])
 
     def read(self, *, request_id: str, blocks: RequestBlocks, scheme: Scheme, timeout_s: float,
-             check_ranges: bool = True, started_path: str | None = None) -> dict[str, Any]:
+             check_ranges: bool = True, started_path: str | None = None, streams: int = 1) -> dict[str, Any]:
         local = self.regions.side()
         t0 = time.perf_counter()
         reads = BUILDERS[scheme](local, {r: s for r, (_, _, s) in self.peers.items()}, blocks)
@@ -94,7 +96,8 @@ class DecodeWorker(_Worker):
             timing = read_request(self.agent, names, reads, mem=self.regions.mem, notif=notif, timeout_s=timeout_s,
                                   local_regions=local_regions if check_ranges else None,
                                   remote_regions=remote_regions if check_ranges else None,
-                                  on_post=(lambda: open(started_path, "w").close()) if started_path else None)
+                                  on_post=(lambda: open(started_path, "w").close()) if started_path else None,
+                                  streams=streams)
         except TransferError as exc:
             if exc.phase == "transfer":  # the connection is poisoned (NIXL): drop the peer, reconnect later
                 for rank, (name, _, _) in list(self.peers.items()):

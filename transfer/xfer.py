@@ -51,8 +51,12 @@ def check_ranges(rows: np.ndarray, regions: list[Region], *, side: str, peer: st
 def read_request(agent: Agent, peers: dict[int, str], reads: list[ReadDescriptors], *, mem: str, notif: bytes,
                  timeout_s: float, local_regions: list[Region] | None = None,
                  remote_regions: dict[int, list[Region]] | None = None,
-                 on_post: Callable[[], None] | None = None) -> ReadTiming:
-    """READ every ReadDescriptors from its prefill rank (`peers`: rank -> agent name) within `timeout_s`."""
+                 on_post: Callable[[], None] | None = None, streams: int = 1) -> ReadTiming:
+    """READ every ReadDescriptors from its prefill rank (`peers`: rank -> agent name) within `timeout_s`.
+
+    `streams` > 1 splits each READ into that many transfers posted from as many threads; the notification then
+    goes out once all of them are done (a per-transfer notification could tell the prefill side too early).
+    """
     if local_regions is not None and remote_regions is not None:
         for read in reads:
             local, remote = read.expanded()
@@ -63,13 +67,20 @@ def read_request(agent: Agent, peers: dict[int, str], reads: list[ReadDescriptor
     try:
         t0 = time.perf_counter()
         for read in reads:
-            handles.append((peers[read.remote_rank], _make(agent, peers[read.remote_rank], read, mem, notif, keys)))
+            peer = peers[read.remote_rank]
+            handles += [(peer, h) for h in _make(agent, peer, read, mem, notif if streams == 1 else b"", keys, streams)]
         t1 = time.perf_counter()
         if on_post is not None:  # lets a test act (kill the peer) while the transfer runs
             on_post()
-        states = [_post(agent, peer, h, notif) for peer, h in handles]
-        t2 = time.perf_counter()
-        _wait(agent, handles, states, deadline=t1 + timeout_s, timeout_s=timeout_s)
+        deadline = t1 + timeout_s
+        if streams == 1:
+            states = [_post(agent, peer, h, notif) for peer, h in handles]
+            t2 = time.perf_counter()
+            _wait(agent, handles, states, deadline=deadline, timeout_s=timeout_s)
+        else:
+            t2 = _parallel(agent, handles, deadline=deadline, timeout_s=timeout_s)
+            for peer in dict.fromkeys(peers[r.remote_rank] for r in reads):  # after every chunk is DONE
+                agent.nixl.send_notif(peer, notif)
         t3 = time.perf_counter()
         merged = _merged(agent, handles)
     finally:
@@ -83,15 +94,33 @@ def read_request(agent: Agent, peers: dict[int, str], reads: list[ReadDescriptor
                       num_bytes=sum(r.num_bytes for r in reads))
 
 
-def _make(agent: Agent, peer: str, read: ReadDescriptors, mem: str, notif: bytes, keys: list[int]) -> Any:
+def _parallel(agent: Agent, handles: list[tuple[str, Any]], *, deadline: float, timeout_s: float) -> float:
+    """Post and complete each handle on its own thread (with cma the copy runs inside transfer(), GIL released)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(item: tuple[str, Any]) -> None:
+        state = _post(agent, item[0], item[1], b"")
+        _wait(agent, [item], [state], deadline=deadline, timeout_s=timeout_s)
+
+    with ThreadPoolExecutor(len(handles)) as pool:
+        futures = [pool.submit(one, item) for item in handles]
+        posted = time.perf_counter()
+        for future in futures:
+            future.result()
+    return posted
+
+
+def _make(agent: Agent, peer: str, read: ReadDescriptors, mem: str, notif: bytes, keys: list[int],
+          streams: int) -> list[Any]:
+    """Prepare both sides once; one transfer handle per stream, each over a contiguous share of the elements."""
     local, remote = read.for_prep()
     try:
         lh, key = agent.prep(None, local, mem)
         keys.append(key)
         rh, key = agent.prep(peer, remote, mem)
         keys.append(key)
-        index = np.arange(read.num_elements, dtype=np.int32)
-        return agent.nixl.make_prepped_xfer("READ", lh, index, rh, index, notif)
+        shares = np.array_split(np.arange(read.num_elements, dtype=np.int32), min(streams, read.num_elements))
+        return [agent.nixl.make_prepped_xfer("READ", lh, index, rh, index, notif) for index in shares]
     except Exception as exc:
         raise TransferError(peer=peer, phase="prepare", detail=f"NIXL refused the descriptors "
                             f"({type(exc).__name__}: {exc}); no byte moved") from None
