@@ -36,19 +36,17 @@ MODEL = "qwen3.5-397b-a17b"
 PLAN = TimingPlan(num_warmup=2, max_reps=15, min_reps=5, max_seconds=0.3)
 EXTRA_FUSED: tuple[KnobSetting, ...] = (
     (("block_v", 64), ("solve_block", 8)),
-    (("block_v", 64), ("num_stages", 2)),
-    (("block_v", 32), ("num_warps", 2)),
-    (("block_v", 64), ("solve_block", 4)),
-    (("block_v", 64), ("chunk_size", 32)),
-    (("block_v", 32), ("cp_segment", 1024)),
+    (("chunk_size", 32), ("block_v", 64), ("num_warps", 4)),
+    (("chunk_size", 32), ("block_v", 64), ("num_warps", 8), ("num_stages", 2)),
 )
 
 
 class VerifyKnobs(FusedTritonBackend):
-    """The default setting, the widest slice and a forced context-parallel split (segments of 512)."""
+    """The default setting, 32-token chunks and a forced context-parallel split (segments of 512)."""
 
     def knob_space(self, shape: GdnShape) -> list[KnobSetting]:
-        return [default_knobs(shape), (("block_v", 128), ("num_warps", 8)), (("block_v", 64), ("cp_segment", 512))]
+        return [default_knobs(shape), (("chunk_size", 32), ("block_v", 32), ("num_warps", 8)),
+                (("block_v", 64), ("cp_segment", 512))]
 
 
 def geomean(xs: list[float]) -> float | None:

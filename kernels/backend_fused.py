@@ -77,10 +77,13 @@ class FusedTritonBackend(Backend):
         if shape.value_head_dim < 128:
             return settings
         longest = max(shape.seqlens, default=0)
-        for extra in ((("block_v", 32),), (("block_v", 128), ("num_warps", 8)), (("block_v", 64), ("num_warps", 8))):
-            settings.append(extra)
+        settings += [(("block_v", 32),), (("block_v", 64), ("num_warps", 8)), (("block_v", 128), ("num_warps", 8)),
+                     (("chunk_size", 32), ("block_v", 64), ("num_warps", 8)),
+                     (("chunk_size", 32), ("block_v", 32), ("num_warps", 8))]
         if shape.key_head_dim == shape.value_head_dim:
             settings += [(("block_v", 64), ("cp_segment", n)) for n in CP_SEGMENTS if n < longest]
+            settings += [(("chunk_size", 32), ("block_v", bv), ("num_warps", 8), ("cp_segment", n))
+                         for bv in (64, 32) for n in CP_SEGMENTS[1:] if n < longest]
         return list(dict.fromkeys(settings))
 
     def prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,

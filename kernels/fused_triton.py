@@ -32,16 +32,16 @@ OUTPUT: tl.constexpr = tl.constexpr(3)
 
 
 @triton.jit
-def _diag_block_inverse(a, C: tl.constexpr, BLK: tl.constexpr):
+def _diag_block_inverse(a, lc, BLK: tl.constexpr):
     """X with I + X = (I + A_d)^-1 for the BLK x BLK diagonal blocks of strictly lower A [C, C] (fp32).
 
     Forward substitution, all C / BLK blocks at once: step r updates row r of every block,
     X_i <- X_i + sum_j X_ij X_j, where X starts as -A_d and rows j < i of the block are already final."""
-    rows = tl.arange(0, C)[:, None]
-    cols = tl.arange(0, C)[None, :]
+    rows = lc[:, None]
+    cols = lc[None, :]
     same_block = (rows // BLK) == (cols // BLK)
     x = tl.where(same_block, -a, 0.0)
-    for r in tl.static_range(1, BLK):
+    for r in range(1, BLK):
         is_row = (rows % BLK) == r
         coef = tl.sum(tl.where(is_row, x, 0.0), axis=0)  # coef[j] = X[i(j), j], i(j) the active row of j's block
         contrib = tl.sum(coef[:, None] * x, axis=0)  # contrib[c] = sum_j coef[j] X[j, c] (X is block-diagonal)
@@ -50,14 +50,16 @@ def _diag_block_inverse(a, C: tl.constexpr, BLK: tl.constexpr):
 
 
 @triton.jit
-def _unit_lower_inverse(a, C: tl.constexpr, BLK: tl.constexpr, LOG_NB: tl.constexpr):
+def _unit_lower_inverse(a, lc, C: tl.constexpr, BLK: tl.constexpr, LOG_NB: tl.constexpr):
     """(I + A)^-1 for strictly lower A [C, C] fp32. I + A = (I + A_d)(I + N) with D = (I + A_d)^-1 from the
     diagonal blocks and N = D A_off strictly block-lower (N^(C/BLK) = 0), so
-    (I + A)^-1 = (I - N)(I + N^2)(I + N^4)... D: block merges by fp16 tensor-core dots (fp32 accumulation)."""
-    rows = tl.arange(0, C)[:, None]
-    cols = tl.arange(0, C)[None, :]
+    (I + A)^-1 = (I - N)(I + N^2)(I + N^4)... D: block merges by fp16 tensor-core dots (fp32 accumulation).
+    lc is the in-chunk index 0..C-1 computed inside the chunk loop: masks built from tl.arange alone are
+    loop-invariant, get hoisted out of the loop and hold [C, C] registers for its whole length (they spilled)."""
+    rows = lc[:, None]
+    cols = lc[None, :]
     eye = tl.where(rows == cols, 1.0, 0.0)
-    d = eye + _diag_block_inverse(a, C, BLK)
+    d = eye + _diag_block_inverse(a, lc, BLK)
     if C > BLK:
         a_off = tl.where((rows // BLK) != (cols // BLK), a, 0.0)
         n = tl.dot(d.to(tl.float16), a_off.to(tl.float16))
@@ -132,11 +134,10 @@ def gdn_walk_kernel(
     o_k = tl.arange(0, DK)
     o_v = i_v * BV + tl.arange(0, BV)
     s = _load_state(h0, h_mid, i_item, n, j, i_h, o_k, o_v, HV, DK, DV, BV, HAS_INIT, PASS)
-    causal = o_c[:, None] >= o_c[None, :]
-    strict = o_c[:, None] > o_c[None, :]
     for t0 in range(bos, eos, C):
         rows = t0 + o_c
         valid = rows < eos
+        lc = (rows - bos) % C  # == o_c, but loop-variant to the compiler (see _unit_lower_inverse)
         rows64 = rows.to(tl.int64)
         kc = tl.load(k + (rows64[:, None] * HK + i_kh) * DK + o_k[None, :], mask=valid[:, None], other=0.0)
         gc = tl.load(g + rows64 * HV + i_h, mask=valid, other=0.0).to(tl.float32)
@@ -145,11 +146,11 @@ def gdn_walk_kernel(
         egc = tl.exp(gcum)
         # padded rows have g = beta = 0, k = 0: they change nothing, and G_last = G[C - 1]
         g_last = tl.sum(tl.where(o_c == C - 1, gcum, 0.0), axis=0)
-        diff = gcum[:, None] - gcum[None, :]
         kc = kc.to(DOT)
         kk = tl.dot(kc, tl.trans(kc))
-        a = tl.where(strict, bc[:, None] * tl.exp(tl.where(strict, diff, 0.0)) * kk, 0.0)
-        t_inv = _unit_lower_inverse(a, C, BLK, LOG_NB)
+        strict = lc[:, None] > lc[None, :]
+        a = tl.where(strict, bc[:, None] * tl.exp(tl.where(strict, gcum[:, None] - gcum[None, :], 0.0)) * kk, 0.0)
+        t_inv = _unit_lower_inverse(a, lc, C, BLK, LOG_NB)
         ks = tl.dot(kc, s.to(DOT))
         if PASS == TRANSITION:
             rhs = -(bc * egc)[:, None] * ks
@@ -161,13 +162,16 @@ def gdn_walk_kernel(
             qc = tl.load(q + (rows64[:, None] * HK + i_kh) * DK + o_k[None, :], mask=valid[:, None], other=0.0)
             qc = qc.to(DOT)
             qk = tl.dot(qc, tl.trans(kc))
-            p = tl.where(causal, qk * tl.exp(tl.where(causal, diff, 0.0)), 0.0)
+            causal = lc[:, None] >= lc[None, :]
+            p = tl.where(causal, qk * tl.exp(tl.where(causal, gcum[:, None] - gcum[None, :], 0.0)), 0.0)
             oc = egc[:, None] * tl.dot(qc, s.to(DOT)) + tl.dot(p.to(DOT), u)
             tl.store(o + (rows64[:, None] * HV + i_h) * DV + o_v[None, :], (oc * scale).to(o.dtype.element_ty),
                      mask=valid[:, None])
-        kd = (kc * tl.exp(g_last - gcum)[:, None]).to(DOT)
-        s = s * tl.exp(g_last) + tl.dot(tl.trans(kd), u)
-    offs = o_k[:, None] * DV + o_v[None, :]
+        # S <- exp(G_last) S + K^T (exp(G_last - G) * U): the decay scales U [C, BV] rather than K [C, DK], so K
+        # is only ever a dot operand and never needs a register copy
+        ud = (u.to(tl.float32) * tl.exp(g_last - gcum)[:, None]).to(DOT)
+        s = s * tl.exp(g_last) + tl.dot(tl.trans(kc), ud)
+    offs = (o_k * DV)[:, None] + o_v[None, :]  # not the load's expression: CSE would keep it live over the loop
     if PASS == WHOLE:
         tl.store(ht + (n.to(tl.int64) * HV + i_h) * DK * DV + offs, s)
     elif PASS == OUTPUT:
