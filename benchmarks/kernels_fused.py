@@ -33,7 +33,7 @@ from hybridserve.kernels.timing import TimingPlan, median_ms, time_calls
 from hybridserve.kernels.verify import run_verify
 
 MODEL = "qwen3.5-397b-a17b"
-PLAN = TimingPlan(num_warmup=2, max_reps=15, min_reps=5, max_seconds=0.3)
+PLAN = TimingPlan(num_warmup=2, max_reps=12, min_reps=5, max_seconds=0.2)
 EXTRA_FUSED: tuple[KnobSetting, ...] = (
     (("block_v", 64), ("solve_block", 8)),
     (("chunk_size", 32), ("block_v", 64), ("num_warps", 4)),
@@ -70,17 +70,31 @@ def verify(out: Path) -> bool:
     return report.is_ok
 
 
-def settings_of(shape: GdnShape) -> list[tuple[str, KnobSetting]]:
+QUICK_FUSED: tuple[KnobSetting, ...] = (
+    (("chunk_size", 32), ("block_v", 64), ("num_warps", 8)),
+    (("chunk_size", 32), ("block_v", 32), ("num_warps", 8)),
+    (("block_v", 64), ("num_warps", 8)),
+)
+QUICK_CP: tuple[KnobSetting, ...] = (
+    (("chunk_size", 32), ("block_v", 64), ("num_warps", 8), ("cp_segment", 1024)),
+    (("chunk_size", 32), ("block_v", 32), ("num_warps", 8), ("cp_segment", 1024)),
+    (("block_v", 64), ("cp_segment", 2048)),
+)
+
+
+def settings_of(shape: GdnShape, quick: bool = False) -> list[tuple[str, KnobSetting]]:
     fused = FusedTritonBackend()
     found = [("fla", ())] + [("flashinfer", k) for k in registry.get_backend("flashinfer").knob_space(shape)]
-    found += [("fused_triton", k) for k in dict.fromkeys([*fused.knob_space(shape), *EXTRA_FUSED])]
-    return found
+    if quick:  # the default, 32-token chunks at 8 warps, and context parallelism only where a sequence is long
+        cp = QUICK_CP if max(shape.seqlens) > 2048 and shape.num_seqs * shape.num_value_heads < 256 else ()
+        return found + [("fused_triton", k) for k in dict.fromkeys([default_knobs(shape), *QUICK_FUSED, *cp])]
+    return found + [("fused_triton", k) for k in dict.fromkeys([*fused.knob_space(shape), *EXTRA_FUSED])]
 
 
-def time_shape(shape: GdnShape) -> dict[str, float | str]:
+def time_shape(shape: GdnShape, quick: bool) -> dict[str, float | str]:
     sets = [make_inputs(shape, device="cuda", seed=s) for s in range(2)]
     times: dict[str, float | str] = {}
-    for name, knobs in settings_of(shape):
+    for name, knobs in settings_of(shape, quick):
         backend = registry.get_backend(name)
         label = f"{name}[{knob_label(knobs)}]"
         ok, reason = backend.supports(shape, torch.bfloat16, torch.device("cuda"))
@@ -141,6 +155,7 @@ def main() -> int:
     parser.add_argument("--tps", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--shapes", nargs="+", default=[s.label for s in DEFAULT_SHAPES])
     parser.add_argument("--skip-verify", action="store_true")
+    parser.add_argument("--quick", action="store_true", help="a short knob sweep (device time is scarce)")
     parser.add_argument("--max-seconds", type=float, default=480.0, help="start no new shape after this")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -159,7 +174,7 @@ def main() -> int:
             batch = parse_shape(text)
             shape = GdnShape(seqlens=(batch.seq_len,) * batch.num_seqs, num_key_heads=hk, num_value_heads=hv)
             started = time.perf_counter()
-            times = time_shape(shape)
+            times = time_shape(shape, args.quick)
             default = knob_label(FusedTritonBackend().knob_space(shape)[0])
             results.append(dict(tp=tp, shape=batch.label, default=default, times=times))
             print(f"TP{tp} {batch.label}: {time.perf_counter() - started:.0f} s", flush=True)
