@@ -71,6 +71,7 @@ def verify(out: Path) -> bool:
 
 
 QUICK_FUSED: tuple[KnobSetting, ...] = (
+    (("block_v", 64),),
     (("chunk_size", 32), ("block_v", 64), ("num_warps", 8)),
     (("chunk_size", 32), ("block_v", 32), ("num_warps", 8)),
     (("block_v", 64), ("num_warps", 8)),
