@@ -100,6 +100,7 @@ def _progress(num_shapes: int, *, quiet: bool):
 
 
 def _render(profile, out: Path, plot: Path) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from hybridserve.kernels.summary import summarize
@@ -112,7 +113,7 @@ def _render(profile, out: Path, plot: Path) -> None:
         table.add_column(col, no_wrap=col == "winner", justify="left" if col == "winner" else "right")
     for e in profile.entries:
         table.add_row(str(e.tp), f"{e.num_key_heads}/{e.num_value_heads}", f"{e.num_seqs}x{e.seq_len}",
-                      e.winner.label, ms(e.winner_ms), ms(e.fla_ms), ms(e.flashinfer_auto_ms),
+                      escape(e.winner.label), ms(e.winner_ms), ms(e.fla_ms), ms(e.flashinfer_auto_ms),
                       f"{e.fla_ms / e.winner_ms:.2f}" if e.fla_ms else "-",
                       f"{e.flashinfer_auto_ms / e.winner_ms:.2f}" if e.flashinfer_auto_ms else "-",
                       f"{100 * (e.winner_ms / e.best_ms - 1):+.1f}%")
@@ -123,7 +124,7 @@ def _render(profile, out: Path, plot: Path) -> None:
         return f"{v:.2f}x" if v else "n/a"
 
     out_console.print(f"geomean speedup: vs fla {x(s.speedup_vs_fla)}, vs FlashInfer auto "
-                      f"{x(s.speedup_vs_flashinfer_auto)}, vs best fixed setting ({s.best_fixed_setting}) "
+                      f"{x(s.speedup_vs_flashinfer_auto)}, vs best fixed setting ({escape(str(s.best_fixed_setting))}) "
                       f"{x(s.speedup_vs_best_fixed)}; worst loss to the best setting on a shape "
                       f"{100 * s.worst_loss_vs_best:.1f}%", highlight=False)
     out_console.print(f"closest single vLLM setting: gdn_prefill_backend={profile.vllm_gdn_prefill_backend} "

@@ -85,6 +85,7 @@ def _as_dict(report) -> dict:
 
 
 def _render(report) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title=f"GDN prefill verify on {report.device}, {report.dtype.value} inputs, vs float64 judge")
@@ -104,9 +105,10 @@ def _render(report) -> None:
                       f"{max((r.o_error for r in errs), default=0):.2e}",
                       f"{max((r.state_error for r in errs), default=0):.2e}")
     for name, reason in report.unavailable:
-        table.add_row(name, "-", "-", "-", "-", "-", f"[dim]unavailable: {reason}[/]")
+        table.add_row(name, "-", "-", "-", "-", "-", f"[dim]unavailable: {escape(reason)}[/]")
     out_console.print(table)
     for r in report.results:
         if r.status.value != "pass":
             err = f"o {r.o_error:.2e} state {r.state_error:.2e}" if r.o_error is not None else r.reason
-            out_console.print(f"  {r.status.value:11} {r.backend}[{r.knobs}] {r.case_id}: {err}", highlight=False)
+            out_console.print(escape(f"  {r.status.value:11} {r.backend}[{r.knobs}] {r.case_id}: {err}"),
+                              highlight=False)

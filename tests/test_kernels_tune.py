@@ -145,3 +145,22 @@ def test_cli_refuses_bad_shape_and_tp() -> None:
     assert runner.invoke(app, ["tune", "--shapes", "big"]).exit_code == 2
     result = runner.invoke(app, ["tune", "--model", "qwen3.5-0.8b", "--tp", "3"])
     assert result.exit_code == 2 and "--tp 3" in result.output
+
+
+def test_cpu_timing_samples_respect_the_plan() -> None:
+    from hybridserve.kernels.timing import TimingPlan, time_calls
+
+    calls_made = []
+    samples = time_calls([lambda: calls_made.append(1)], torch.device("cpu"),
+                         TimingPlan(num_warmup=2, max_reps=5, min_reps=3))
+    assert len(calls_made) == 7 and len(samples.device_ms) == 5 and samples.host_ms == samples.device_ms
+
+
+def test_flashinfer_adapter_reads_emptiness_once_per_cu_seqlens_object() -> None:
+    from hybridserve.kernels.backend_flashinfer import FlashInferBackend
+
+    b = FlashInferBackend()
+    cu = torch.tensor([0, 3, 3, 5], dtype=torch.int32)
+    assert b._has_empty(cu) is True and b._has_empty(torch.tensor([0, 3, 5])) is False
+    cu[2] = 4  # not read again: the answer is cached for this object, as fla caches its chunk indices
+    assert b._has_empty(cu) is True
