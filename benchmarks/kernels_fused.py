@@ -54,8 +54,10 @@ def geomean(xs: list[float]) -> float | None:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
 
-def verify(out: Path) -> bool:
+def verify(out: Path, mini: bool = False) -> bool:
     cases = case_matrix(head_dim=128, long_len=1000, model=load_model(MODEL), tps=(1, 2, 4, 8))
+    if mini:  # the long single sequence, a zero-length sequence inside a batch, GVA 3, the 397B heads at TP8
+        cases = [c for c in cases if c.case_id in ("len1000", "zero-len-inside", "gva3", f"{MODEL}-tp8")]
     started = time.perf_counter()
     report = run_verify([VerifyKnobs()], cases, dtype=DType.BFLOAT16, device="cuda")
     rows = [dict(knobs=r.knobs, case=r.case_id, status=r.status.value, o_error=r.o_error,
@@ -83,19 +85,22 @@ QUICK_CP: tuple[KnobSetting, ...] = (
 )
 
 
-def settings_of(shape: GdnShape, quick: bool = False) -> list[tuple[str, KnobSetting]]:
+def settings_of(shape: GdnShape, quick: bool = False, mini: bool = False) -> list[tuple[str, KnobSetting]]:
     fused = FusedTritonBackend()
     found = [("fla", ())] + [("flashinfer", k) for k in registry.get_backend("flashinfer").knob_space(shape)]
+    if mini:
+        fused_mini = [default_knobs(shape), (("chunk_size", 32), ("block_v", 32), ("num_warps", 8))]
+        return found[:2] + found[3:4] + [("fused_triton", k) for k in dict.fromkeys(fused_mini)]
     if quick:  # the default, 32-token chunks at 8 warps, and context parallelism only where a sequence is long
         cp = QUICK_CP if max(shape.seqlens) > 2048 and shape.num_seqs * shape.num_value_heads < 256 else ()
         return found + [("fused_triton", k) for k in dict.fromkeys([default_knobs(shape), *QUICK_FUSED, *cp])]
     return found + [("fused_triton", k) for k in dict.fromkeys([*fused.knob_space(shape), *EXTRA_FUSED])]
 
 
-def time_shape(shape: GdnShape, quick: bool) -> dict[str, float | str]:
+def time_shape(shape: GdnShape, quick: bool, mini: bool = False) -> dict[str, float | str]:
     sets = [make_inputs(shape, device="cuda", seed=s) for s in range(2)]
     times: dict[str, float | str] = {}
-    for name, knobs in settings_of(shape, quick):
+    for name, knobs in settings_of(shape, quick, mini):
         backend = registry.get_backend(name)
         label = f"{name}[{knob_label(knobs)}]"
         ok, reason = backend.supports(shape, torch.bfloat16, torch.device("cuda"))
@@ -157,6 +162,7 @@ def main() -> int:
     parser.add_argument("--shapes", nargs="+", default=[s.label for s in DEFAULT_SHAPES])
     parser.add_argument("--skip-verify", action="store_true")
     parser.add_argument("--quick", action="store_true", help="a short knob sweep (device time is scarce)")
+    parser.add_argument("--mini", action="store_true", help="4 verify cases, FlashInfer auto/use_cp=True only")
     parser.add_argument("--max-seconds", type=float, default=480.0, help="start no new shape after this")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -164,7 +170,7 @@ def main() -> int:
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.skip_verify:
-        verify(args.out)
+        verify(args.out, mini=args.mini)
     model, results, started_all = load_model(MODEL), [], time.perf_counter()
     for tp in args.tps:
         hk, hv = model_heads(model, tp)
@@ -175,7 +181,7 @@ def main() -> int:
             batch = parse_shape(text)
             shape = GdnShape(seqlens=(batch.seq_len,) * batch.num_seqs, num_key_heads=hk, num_value_heads=hv)
             started = time.perf_counter()
-            times = time_shape(shape, args.quick)
+            times = time_shape(shape, args.quick, args.mini)
             default = knob_label(FusedTritonBackend().knob_space(shape)[0])
             results.append(dict(tp=tp, shape=batch.label, default=default, times=times))
             print(f"TP{tp} {batch.label}: {time.perf_counter() - started:.0f} s", flush=True)
