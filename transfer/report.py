@@ -62,6 +62,7 @@ def write_png(results: list[BenchResult], path: Path) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=110)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private
         os.replace(tmp, path)
     finally:
         plt.close(fig)

@@ -125,17 +125,26 @@ class DecodeWorker(_Worker):
         return all(torch.equal(t, pattern(self.regions.seed, j, 0, t.numel(), t.device))
                    for j, t in enumerate(self.regions.tensors))
 
-    def copy_baseline(self, *, num_bytes: int, repeats: int = 3) -> float:
-        """Best time (s) to copy `num_bytes` between two buffers of this rank's memory, in this process."""
+    def copy_baseline(self, *, num_bytes: int, repeats: int = 3, one_thread: bool = False) -> float:
+        """Best time (s) to copy `num_bytes` between two buffers of this rank's memory, in this process
+        (torch's copy, which uses every core on a CPU; `one_thread`: numpy's single-threaded memcpy)."""
         import torch
 
-        src = torch.ones(num_bytes, dtype=torch.uint8, device=self.device)
-        dst = torch.empty_like(src)
+        from hybridserve.transfer.regions import advise_huge_pages
+
+        src, dst = (torch.empty(num_bytes, dtype=torch.uint8, device=self.device) for _ in range(2))
+        if not self.device.startswith("cuda"):  # the same pages as the regions get, before the first touch
+            advise_huge_pages(src.data_ptr(), num_bytes)
+            advise_huge_pages(dst.data_ptr(), num_bytes)
+        src.fill_(1)
+        dst.zero_()
+        copy = (lambda: __import__("numpy").copyto(dst.numpy(), src.numpy())) if one_thread else (
+            lambda: dst.copy_(src))
         best = float("inf")
         for _ in range(repeats):
             _sync(self.device)
             t0 = time.perf_counter()
-            dst.copy_(src)
+            copy()
             _sync(self.device)
             best = min(best, time.perf_counter() - t0)
         return best
