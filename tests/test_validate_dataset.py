@@ -10,21 +10,31 @@ from hybridserve.core.validate.dataset import AnswerKind, gsm8k_number, is_corre
 from hybridserve.core.validate.thresholds import Thresholds, resolve
 
 
-def test_synthetic_prompts_are_long_seeded_and_answerable():
+def test_synthetic_prompts_are_seeded_and_answerable():
     a = load_dataset("synthetic", num_prompts=20, seed=3)
     b = load_dataset("synthetic", num_prompts=20, seed=3)
     c = load_dataset("synthetic", num_prompts=20, seed=4)
     assert a == b and a.examples != c.examples
     for ex in a.examples:
-        words = ex.prompt.split()
-        assert words[-3] == "?" and words[-1] == "="
-        assert synthetic.MIN_PROMPT_WORDS + 3 <= len(words) <= synthetic.MAX_PROMPT_WORDS + 3
-        at = words.index(words[-2])  # the queried word appears once in the list
-        assert ex.answer.split() == words[at + 1 : at + 1 + synthetic.NUM_ANSWER_WORDS]
+        tokens = ex.prompt.split()
+        assert tokens[-2] == "?" and tokens[0].startswith("S")
+        words = [t for t in tokens[:-2] if t.startswith("w")]
+        assert 100 <= len(words) <= 160 and len(set(words)) == len(words)
+        at = tokens.index(tokens[-1])  # the queried word appears once in the list
+        section = next(t for t in reversed(tokens[:at]) if t.startswith("S"))
+        last = next(t for t in reversed(tokens[:-2]) if t.startswith("S"))
+        assert ex.answer == f"{section} {last}"
+
+
+def test_synthetic_length_spec_and_spread():
+    ds = load_dataset("synthetic:520-760", num_prompts=64, seed=0)
+    assert ds.name.startswith("synthetic:520-760")
     # queried positions spread over the prompt: several 256-token attention blocks are needed
-    positions = [ex.prompt.split().index(ex.prompt.split()[-2]) for ex in load_dataset(
-        "synthetic", num_prompts=64, seed=0).examples]
+    positions = [ex.prompt.split().index(ex.prompt.split()[-1]) for ex in ds.examples]
     assert min(positions) < 256 and max(positions) > 512
+    for bad in ("synthetic:5-10", "synthetic:abc", "synthetic:300-200"):
+        with pytest.raises(InputError, match="synthetic"):
+            load_dataset(bad, num_prompts=2, seed=0)
 
 
 def test_synthetic_token_ids_match_the_vocabulary():
@@ -32,6 +42,7 @@ def test_synthetic_token_ids_match_the_vocabulary():
     vocab = synthetic.vocabulary()
     assert [vocab[w] for w in ex.prompt_text.split()] == ex.prompt_token_ids()
     assert [vocab[w] for w in ex.answer_text.split()] == ex.target_token_ids()[: synthetic.NUM_ANSWER_WORDS]
+    assert len(vocab) <= 1024 and ex.target_token_ids()[-1] == synthetic.STOP_ID
 
 
 @pytest.mark.parametrize("text,want", [

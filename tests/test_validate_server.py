@@ -30,13 +30,15 @@ def fake_app(mode: str):
     @api.post("/v1/completions")
     def completions(body: dict):
         words = body["prompt"].split()
-        at = words.index(words[-2])
-        tokens = (words[at + 1 :] + ["."] * 16)[: body["max_tokens"]]
+        at = words.index(words[-1])
+        section = next(t for t in reversed(words[:at]) if t.startswith("S"))
+        last = next(t for t in reversed(words[:-2]) if t.startswith("S"))
+        tokens = ([section, last] + ["."] * 16)[: body["max_tokens"]]
         logprobs, gaps = [-0.01] * len(tokens), [4.0] * len(tokens)
-        if mode in ("diverge", "near_tie") and int(words[-2][1:]) % 2 == 0:  # half of the prompts
-            tokens = tokens[:1] + ["w999"] * (len(tokens) - 1)
+        if mode in ("diverge", "near_tie") and int(words[-1][1:]) % 2 == 0:  # half of the prompts
+            tokens = ["S99"] + tokens[1:]
             if mode == "near_tie":
-                gaps[1] = 0.001
+                gaps[0] = 0.001
         if mode == "drift":
             logprobs = [-0.5] * len(tokens)
         top = [{t: lp, "w000": lp - g} for t, lp, g in zip(tokens, logprobs, gaps)]
@@ -87,7 +89,7 @@ def test_divergent_candidate_fails_and_names_metrics(servers):
     report = run(servers["good"], servers["diverge"])
     m = report.verdict.metrics
     assert not report.verdict.passed
-    assert m.candidate_accuracy < 1.0 and set(m.divergence_positions) == {1}
+    assert m.candidate_accuracy < 1.0 and set(m.divergence_positions) == {0}
     assert {c.metric for c in report.verdict.failures} >= {"accuracy_drop", "token_agreement"}
 
 

@@ -61,12 +61,32 @@ def is_correct(example: Example, completion: str) -> bool | None:
     return completion.split()[: len(want)] == want
 
 
-def synthetic_dataset(num_prompts: int, seed: int) -> Dataset:
+# Prompt length in words for plain 'synthetic': 100-160 words are 500-800 tokens with launch's tiny byte-level
+# BPE model (>= 2 attention blocks, inside its 2048-token context); 'synthetic:520-760' suits the word-level
+# tokenizer the training script builds (one token per word).
+DEFAULT_SYNTHETIC_WORDS = (100, 160)
+
+
+def _synthetic_words(spec: str) -> tuple[int, int]:
+    if spec == SYNTHETIC:
+        return DEFAULT_SYNTHETIC_WORDS
+    text = spec.split(":", 1)[1]
+    low, _, high = text.partition("-")
+    try:
+        words = (int(low), int(high or low))
+    except ValueError:
+        raise InputError(f"--dataset {spec}: expected synthetic:MIN-MAX words, e.g. synthetic:100-160") from None
+    if not 24 <= words[0] <= words[1] <= synthetic.NUM_WORDS:
+        raise InputError(f"--dataset {spec}: words must satisfy 24 <= MIN <= MAX <= {synthetic.NUM_WORDS}")
+    return words
+
+
+def synthetic_dataset(num_prompts: int, seed: int, words: tuple[int, int] = DEFAULT_SYNTHETIC_WORDS) -> Dataset:
     examples = tuple(
         Example(prompt=ex.prompt_text, answer=ex.answer_text, answer_kind=AnswerKind.WORDS)
-        for ex in synthetic.make_examples(seed, num_prompts)
+        for ex in synthetic.make_examples(seed, num_prompts, min_words=words[0], max_words=words[1])
     )
-    return Dataset(name=f"{SYNTHETIC}(seed={seed})", examples=examples)
+    return Dataset(name=f"{SYNTHETIC}:{words[0]}-{words[1]}(seed={seed})", examples=examples)
 
 
 def _example_from_line(record: object, where: str) -> Example:
@@ -108,11 +128,11 @@ def jsonl_dataset(path: Path, num_prompts: int | None) -> Dataset:
 
 
 def load_dataset(spec: str, *, num_prompts: int | None, seed: int) -> Dataset:
-    """'synthetic' (num_prompts defaults to 64) or a path to a JSONL file (all lines unless num_prompts)."""
+    """'synthetic[:MIN-MAX]' (num_prompts defaults to 64) or a JSONL file (all lines unless num_prompts)."""
     if num_prompts is not None and num_prompts < 1:
         raise InputError(f"--num-prompts {num_prompts}: must be at least 1")
-    if spec == SYNTHETIC:
-        return synthetic_dataset(num_prompts or 64, seed)
+    if spec == SYNTHETIC or spec.startswith(SYNTHETIC + ":"):
+        return synthetic_dataset(num_prompts or 64, seed, _synthetic_words(spec))
     path = Path(spec)
     if path.suffix not in (".jsonl", ".json") and not path.exists():
         raise InputError(f"--dataset {spec!r}: not '{SYNTHETIC}' and not an existing .jsonl file")
