@@ -1,0 +1,77 @@
+"""The FlashInfer and fla adapters' conversions, against stand-ins that follow each library's documented contract
+(FlashInfer 0.7.2: linear gate, [N, H, V, K] state, empty sequences leave their output_state row unwritten;
+fla 0.6: a leading batch dim of 1, our gate and state layout). The real kernels run in the H200 verify."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from hybridserve.kernels import backend_fla, backend_flashinfer, chunk_torch, naive
+from hybridserve.kernels.inputs import GdnShape, make_inputs
+from hybridserve.kernels.metrics import assert_close
+
+
+def fake_flashinfer(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False,
+                    cu_seqlens=None, output_state=None, use_cp="auto", _cp_chunk_len=None, max_seqlen=None):
+    assert cu_seqlens is not None and g.dtype == torch.float32 and bool((g > 0).all()) and bool((g <= 1).all())
+    assert use_cp in ("auto", True, False) and isinstance(max_seqlen, int)
+    o, state_kv = chunk_torch.gdn_prefill(q, k, v, torch.log(g), beta, cu_seqlens, scale,
+                                          initial_state.transpose(-1, -2), True)
+    out_state = output_state if output_state is not None else torch.full_like(initial_state, float("nan"))
+    cu = cu_seqlens.tolist()
+    for n in range(len(cu) - 1):
+        if cu[n + 1] > cu[n]:  # an empty sequence's row is left as it was
+            out_state[n] = state_kv[n].transpose(-1, -2)
+    return o, out_state
+
+
+def fake_fla(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None):
+    assert q.dim() == 4 and q.shape[0] == 1
+    o, s = chunk_torch.gdn_prefill(q[0], k[0], v[0], g[0], beta[0], cu_seqlens, scale, initial_state,
+                                   output_final_state)
+    return o.unsqueeze(0), s
+
+
+CASES = {"zero-len-inside": (40, 0, 129, 0, 3), "len65": (65,), "varlen": (31, 63, 93)}
+
+
+@pytest.mark.parametrize("seqlens", CASES.values(), ids=list(CASES))
+@pytest.mark.parametrize("has_init", [True, False], ids=["init", "no-init"])
+def test_flashinfer_adapter_keeps_the_project_convention(monkeypatch, seqlens, has_init: bool) -> None:
+    monkeypatch.setattr(backend_flashinfer, "_load", lambda: types.SimpleNamespace(chunk_gated_delta_rule=fake_flashinfer))
+    shape = GdnShape(seqlens=seqlens, num_key_heads=2, num_value_heads=6, key_head_dim=32, value_head_dim=16)
+    x = make_inputs(shape, dtype=torch.float32, seed=9, has_initial_state=has_init)
+    b = backend_flashinfer.FlashInferBackend()
+    o, state = b.prefill(**x.as_kwargs(), max_seqlen=max(seqlens), use_cp=False)
+    o_ref, state_ref = naive.gdn_prefill(**x.as_kwargs())
+    assert_close(o, o_ref, 1e-5, "o")
+    assert_close(state, state_ref, 1e-5, "state")  # NaN rows (unwritten) would fail here
+
+
+def test_fla_adapter_keeps_the_project_convention(monkeypatch) -> None:
+    monkeypatch.setattr(backend_fla, "_load", lambda: types.SimpleNamespace(chunk_gated_delta_rule=fake_fla))
+    x = make_inputs(GdnShape(seqlens=CASES["zero-len-inside"], num_key_heads=1, num_value_heads=3, key_head_dim=16,
+                             value_head_dim=16), dtype=torch.float32, seed=10)
+    o, state = backend_fla.FlaBackend().prefill(**x.as_kwargs())
+    o_ref, state_ref = naive.gdn_prefill(**x.as_kwargs())
+    assert_close(o, o_ref, 1e-5, "o")
+    assert_close(state, state_ref, 1e-5, "state")
+
+
+def test_flashinfer_knob_space_offers_cp_lengths_below_the_longest_sequence() -> None:
+    space = backend_flashinfer.FlashInferBackend().knob_space(GdnShape(seqlens=(1500, 20), num_key_heads=1,
+                                                                        num_value_heads=1))
+    assert space[0] == (("use_cp", "auto"),)  # FlashInfer's own default first: what vLLM runs
+    assert (("use_cp", True), ("cp_chunk_len", 1024)) in space
+    assert (("use_cp", True), ("cp_chunk_len", 2048)) not in space
+
+
+def test_gpu_backends_report_why_they_are_unavailable_here() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    for b in (backend_fla.FlaBackend(), backend_flashinfer.FlashInferBackend()):
+        ok, reason = b.availability()
+        assert not ok and reason
