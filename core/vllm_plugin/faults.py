@@ -150,9 +150,9 @@ def _patch_after_transfer(worker_cls: Any, kind: FaultKind) -> None:
                 continue
             if kind is FaultKind.ZERO_AFTER_TRANSFER:
                 num = _overwrite(self, meta, want_gdn=False, source=None)
-            else:
+            else:  # the first request has no predecessor: it only becomes the stale source of the next one
                 previous = self.__dict__.get("_hybridserve_previous")
-                num = _overwrite(self, meta, want_gdn=True, source=previous)
+                num = _overwrite(self, meta, want_gdn=True, source=previous) if previous else 0
                 self.__dict__["_hybridserve_previous"] = {
                     g: list(b) for g, b in enumerate(meta.local_physical_block_ids) if b}
             logger.warning("hybridserve FAULT %s: request %s, %d page(s) overwritten after the transfer",

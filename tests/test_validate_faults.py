@@ -1,0 +1,111 @@
+"""The fault-injection patches on a stand-in for vLLM's NixlConnector pull worker (no vLLM needed)."""
+
+import types
+
+import pytest
+
+from hybridserve.core.errors import InputError
+from hybridserve.core.vllm_plugin import faults
+
+
+class FakeNixl:
+    def __init__(self):
+        self.posted, self.released, self.states = [], [], {}
+
+    def make_prepped_xfer(self, *args):
+        return len(self.states) + 100
+
+    def transfer(self, handle):
+        self.posted.append(handle)
+        self.states[handle] = "PROC"
+        return "PROC"
+
+    def check_xfer_state(self, handle):
+        return self.states[handle]
+
+    def release_xfer_handle(self, handle):
+        self.released.append(handle)
+
+
+def make_worker_class():
+    class Worker:
+        def __init__(self):
+            self.nixl_wrapper, self._recving_transfers, self._recving_metadata = FakeNixl(), {}, {}
+
+        def _read_blocks(self, read_spec, dst_engine_id, request_id, *rest):
+            handle = self.nixl_wrapper.make_prepped_xfer("READ")
+            self.nixl_wrapper.transfer(handle)
+            self._recving_transfers.setdefault(request_id, []).append(handle)
+            return True
+
+        def get_transfer_results(self):  # vLLM: a request is done when none of its handles is in flight
+            done = {r for r, hs in self._recving_transfers.items()
+                    if all(self.nixl_wrapper.states.get(h) == "DONE" for h in hs)}
+            for r in done:
+                del self._recving_transfers[r]
+                self._recving_metadata.pop(r, None)
+            return types.SimpleNamespace(finished_recving=done, failed_recving=set())
+
+    return Worker
+
+
+def test_parse_fault():
+    assert faults.parse_fault(None) is None and faults.parse_fault(" ") is None
+    assert faults.parse_fault("Early-Completion") == "early_completion"
+    with pytest.raises(InputError, match="zero_after_transfer"):
+        faults.parse_fault("melt")
+
+
+def test_clean_worker_waits_for_the_bytes():
+    worker = make_worker_class()()
+    worker._read_blocks(None, "p", "req-1")
+    assert worker.get_transfer_results().finished_recving == set()  # READ still in flight
+
+
+def test_early_completion_reports_done_before_the_read_is_posted():
+    cls = make_worker_class()
+    faults.patch_worker_module(types.SimpleNamespace(NixlPullConnectorWorker=cls), faults.FaultKind.EARLY_COMPLETION)
+    worker = cls()
+    worker._read_blocks(None, "p", "req-1")
+    assert worker.nixl_wrapper.posted == []
+    assert worker.get_transfer_results().finished_recving == {"req-1"}  # reported done, no bytes moved
+    for _ in range(faults.LATE_STEPS - 1):
+        worker.get_transfer_results()
+    assert worker.nixl_wrapper.posted == [100]  # the READ lands while decode already runs
+    worker.nixl_wrapper.states[100] = "DONE"
+    worker.get_transfer_results()
+    assert worker.nixl_wrapper.released == [100]
+
+
+def fake_kv_worker(cls, torch):
+    """Two groups (0: GDN state, 1: attention) on one shared tensor region of 8 blocks x 16 bytes."""
+    worker = cls()
+    cache = torch.arange(8 * 16, dtype=torch.uint8).reshape(8, 16).clone()
+    worker.engine_id, worker.tp_rank = "d", 0
+    worker.kv_caches_base_addr = {"d": {0: [cache.data_ptr()]}}
+    worker.device_kv_caches = {"layer": cache}
+    worker.region_names, worker.region_group_ids = ["layer"], [-1]
+    worker.region_num_blocks, worker.block_len_per_layer, worker.block_stride_per_layer = [8], [16], [16]
+    specs = [type("MambaSpec", (), {})(), type("FullAttentionSpec", (), {})()]
+    worker.kv_cache_config = types.SimpleNamespace(
+        kv_cache_groups=[types.SimpleNamespace(kv_cache_spec=s) for s in specs])
+    return worker, cache
+
+
+@pytest.mark.parametrize("kind", [faults.FaultKind.ZERO_AFTER_TRANSFER, faults.FaultKind.STALE_STATE])
+def test_pages_are_overwritten_after_the_transfer(kind):
+    torch = pytest.importorskip("torch")
+    cls = make_worker_class()
+    faults.patch_worker_module(types.SimpleNamespace(NixlPullConnectorWorker=cls), kind)
+    worker, cache = fake_kv_worker(cls, torch)
+    before = cache.clone()
+    for req, (gdn, attn) in (("a", (1, [2, 3])), ("b", (4, [5]))):
+        worker._read_blocks(None, "p", req)
+        worker._recving_metadata[req] = types.SimpleNamespace(local_physical_block_ids=[[gdn], attn])
+        worker.nixl_wrapper.states[worker._recving_transfers[req][0]] = "DONE"
+        worker.get_transfer_results()
+    changed = {b for b in range(8) if not torch.equal(cache[b], before[b])}
+    if kind is faults.FaultKind.ZERO_AFTER_TRANSFER:
+        assert changed == {2, 3, 5} and int(cache[[2, 3, 5]].sum()) == 0  # attention only; GDN kept
+    else:
+        assert changed == {4} and torch.equal(cache[4], before[1])  # b's GDN state = a's (stale)
