@@ -19,14 +19,16 @@ def command(
     baseline: Annotated[str, typer.Option(help="URL of an OpenAI-compatible server, or a configuration "
                                           "validate starts: single-sync, single-async, pd-async, pd-sync.")] = "single-sync",
     candidate: Annotated[str, typer.Option(help="Same choices as --baseline.")] = "pd-async",
-    dataset: Annotated[str, typer.Option(help="'synthetic' (the recall task the tiny model learned) or a "
-                                         "JSONL file of {\"prompt\", \"answer\"} lines.")] = "synthetic",
+    dataset: Annotated[str, typer.Option(help="'synthetic' or 'synthetic:MIN-MAX' (words per prompt; the built-in "
+                                         "section-recall task) or a JSONL file of {\"prompt\", \"answer\"} "
+                                         "lines.")] = "synthetic",
     num_prompts: Annotated[Optional[int], typer.Option(help="Prompts to use (synthetic: default 64).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic prompts.")] = 0,
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt.")] = 8,
     concurrency: Annotated[int, typer.Option(help="Requests in flight per endpoint.")] = 4,
     model: Annotated[Optional[Path], typer.Option(help="Model folder for configurations validate starts "
-                                                  "(default: the trained tiny recall model).")] = None,
+                                                  "(default: profiles/tiny-qwen3.5-recall when present, "
+                                                  "else launch's tiny Qwen3.5).")] = None,
     served_model: Annotated[Optional[str], typer.Option(help="Model name to ask URL endpoints for "
                                                          "(default: the first one they list).")] = None,
     ignore_eos: Annotated[bool, typer.Option(help="Send vLLM's ignore_eos (all tokens generated).")] = False,
@@ -37,6 +39,7 @@ def command(
     min_candidate_accuracy: Annotated[Limit, typer.Option(help="Absolute floor; default none.")] = None,
     min_token_agreement: Annotated[Limit, typer.Option(help="Default 0.95.")] = None,
     max_logprob_drift: Annotated[Limit, typer.Option(help="Mean |dlogprob| before divergence; default 0.05.")] = None,
+    max_failed_requests: Annotated[Limit, typer.Option(help="Prompts the candidate may refuse; default 0.")] = None,
     near_tie_tolerance: Annotated[Limit, typer.Option(help="Top-2 logprob gap that forgives a divergence; "
                                                       "default 0.02.")] = None,
     base_port: Annotated[int, typer.Option(help="Ports of started configurations (proxy; P +100, D +200).")] = 8000,
@@ -53,7 +56,7 @@ def command(
 
     Examples:
 
-      hybridserve validate                                   # single-sync vs pd-async on the tiny model
+      hybridserve validate                                   # single-sync vs pd-async, tiny model, 64 prompts
 
       hybridserve validate --candidate pd-sync --junit validate.xml
 
@@ -66,7 +69,7 @@ def command(
     limits = resolve_thresholds(thresholds, {
         "max_accuracy_drop": max_accuracy_drop, "min_candidate_accuracy": min_candidate_accuracy,
         "min_token_agreement": min_token_agreement, "max_logprob_drift": max_logprob_drift,
-        "near_tie_tolerance": near_tie_tolerance})
+        "near_tie_tolerance": near_tie_tolerance, "max_failed_requests": max_failed_requests})
     request = ValidateRequest(
         baseline=parse_target(baseline, what="baseline"),
         candidate=parse_target(candidate, what="candidate", fault=parse_fault(fault)),

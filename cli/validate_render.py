@@ -42,6 +42,9 @@ def render(console: Console, report: ValidationReport) -> None:
         limit = "-" if check is None else f"{'<=' if check.is_upper_limit else '>='} {check.limit:g}"
         state = "" if check is None else ("[green]ok[/]" if check.passed else "[bold red]FAILED[/]")
         table.add_row(name, _fmt(value), limit, state)
+    failed = checks["failed_requests"]
+    table.add_row("failed requests (candidate)", str(metrics.num_failed_requests), f"<= {failed.limit:g}",
+                  "[green]ok[/]" if failed.passed else "[bold red]FAILED[/]")
     table.add_row("divergent prompts (not near-ties)", str(metrics.num_divergent_prompts), "", "")
     table.add_row("near-tie divergences (forgiven)", str(metrics.num_near_tie_prompts), "", "")
     positions = metrics.divergence_positions
@@ -69,6 +72,7 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
             "num_near_tie_prompts": metrics.num_near_tie_prompts,
             "divergence_positions": list(metrics.divergence_positions),
             "mean_logprob_drift": metrics.mean_logprob_drift,
+            "num_failed_requests": metrics.num_failed_requests,
         },
         "thresholds": vars(verdict.thresholds),
         "targets": {name: {"label": run.label, "url": run.url, "run_dir": str(run.run_dir) if run.run_dir else None,

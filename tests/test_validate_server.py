@@ -31,6 +31,8 @@ def fake_app(mode: str):
     def completions(body: dict):
         words = body["prompt"].split()
         at = words.index(words[-1])
+        if mode == "error" and int(words[-1][1:]) % 2 == 0:  # like vLLM on NaN logprobs
+            raise fastapi.HTTPException(400, "Out of range float values are not JSON compliant")
         section = next(t for t in reversed(words[:at]) if t.startswith("S"))
         last = next(t for t in reversed(words[:-2]) if t.startswith("S"))
         tokens = ([section, last] + ["."] * 16)[: body["max_tokens"]]
@@ -52,7 +54,7 @@ def fake_app(mode: str):
 def servers():
     """One fake server per mode, each on a free port; stopped at the end of the module."""
     urls, handles = {}, []
-    for mode in ("good", "diverge", "near_tie", "drift"):
+    for mode in ("good", "diverge", "near_tie", "drift", "error"):
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -104,6 +106,19 @@ def test_logprob_drift_alone_fails(servers):
     report = run(servers["good"], servers["drift"])
     assert [c.metric for c in report.verdict.failures] == ["mean_logprob_drift"]
     assert report.verdict.metrics.mean_logprob_drift == pytest.approx(0.49)
+
+
+def test_candidate_refusing_prompts_is_a_regression(servers):
+    report = run(servers["good"], servers["error"])
+    m = report.verdict.metrics
+    assert 0 < m.num_failed_requests < m.num_prompts
+    assert "failed_requests" in {c.metric for c in report.verdict.failures}
+    assert m.candidate_accuracy == 1 - m.num_failed_requests / m.num_prompts
+
+
+def test_baseline_refusing_prompts_could_not_run(servers):
+    with pytest.raises(CouldNotRunError, match="baseline .* prompts failed; first: .*HTTP 400"):
+        run(servers["error"], servers["good"])
 
 
 def test_unreachable_endpoint_could_not_run(servers):

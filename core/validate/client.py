@@ -18,6 +18,11 @@ class Completion:
     tokens: tuple[str, ...]
     logprobs: tuple[float, ...]  # of the chosen token, per position
     top2_gaps: tuple[float | None, ...]  # best minus second-best logprob per position; None if only one was returned
+    error: str | None = None  # the endpoint refused this prompt (HTTP error or a malformed answer)
+
+
+class RequestRejectedError(CouldNotRunError):
+    """The endpoint answered, but not with a completion: an HTTP error status or a malformed body."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,11 +55,12 @@ def _request(client: Any, url: str, method: str, path: str, body: dict | None = 
     except httpx.HTTPError as exc:
         raise _fail(url, f"{method} {path} failed: {exc}") from None
     if response.status_code != 200:
-        raise _fail(url, f"{method} {path} answered HTTP {response.status_code}: {response.text[:200]}")
+        raise RequestRejectedError(f"endpoint {url}: {method} {path} answered HTTP {response.status_code}: "
+                                   f"{response.text[:300]}")
     try:
         return response.json()
     except ValueError:
-        raise _fail(url, f"{method} {path} did not answer JSON") from None
+        raise RequestRejectedError(f"endpoint {url}: {method} {path} did not answer JSON") from None
 
 
 def parse_completion(url: str, payload: dict) -> Completion:
@@ -66,7 +72,8 @@ def parse_completion(url: str, payload: dict) -> Completion:
         values = tuple(float(v) for v in logprobs["token_logprobs"])
         tops = logprobs.get("top_logprobs") or [None] * len(tokens)
     except (KeyError, IndexError, TypeError, ValueError):
-        raise _fail(url, "the completion has no logprobs (is it an OpenAI-compatible /v1/completions?)") from None
+        raise RequestRejectedError(f"endpoint {url}: the completion has no logprobs (is it an OpenAI-compatible "
+                                   "/v1/completions?)") from None
     gaps = []
     for top in tops:
         ranked = sorted((top or {}).values(), reverse=True)
@@ -94,7 +101,10 @@ def complete_all(url: str, prompts: Sequence[str], settings: RequestSettings,
                     "logprobs": NUM_TOP_LOGPROBS, "seed": 0}
             if settings.ignore_eos:
                 body["ignore_eos"] = True
-            completion = parse_completion(url, _request(client, url, "POST", "/v1/completions", body))
+            try:
+                completion = parse_completion(url, _request(client, url, "POST", "/v1/completions", body))
+            except RequestRejectedError as exc:  # a per-prompt failure; unreachable endpoints still raise
+                completion = Completion(text="", tokens=(), logprobs=(), top2_gaps=(), error=str(exc))
             if on_done is not None:
                 on_done()
             return completion

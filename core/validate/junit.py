@@ -18,7 +18,7 @@ def to_xml(verdict: Verdict, *, suite_name: str, elapsed_s: float) -> bytes:
     properties = ET.SubElement(suite, "properties")
     metrics = verdict.metrics
     for name in ("num_prompts", "baseline_accuracy", "candidate_accuracy", "token_agreement",
-                 "num_divergent_prompts", "num_near_tie_prompts", "mean_logprob_drift"):
+                 "num_divergent_prompts", "num_near_tie_prompts", "mean_logprob_drift", "num_failed_requests"):
         ET.SubElement(properties, "property", name=name, value=str(getattr(metrics, name)))
     for check in verdict.checks:
         case = ET.SubElement(suite, "testcase", classname=suite_name, name=check.metric)

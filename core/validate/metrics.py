@@ -27,6 +27,7 @@ class PromptComparison:
     is_near_tie: bool  # the first difference was a near-tie (forgiven)
     num_compared: int  # positions compared for drift (before the first difference)
     sum_abs_logprob_drift: float  # over those positions
+    is_candidate_failed: bool = False  # the candidate refused the prompt (e.g. HTTP 400 on NaN logprobs)
 
     @property
     def num_agreed_tokens(self) -> int:
@@ -50,6 +51,12 @@ def first_divergence(base: Completion, cand: Completion) -> int | None:
 
 def compare(index: int, example: Example, base: Completion, cand: Completion,
             near_tie_tolerance: float) -> PromptComparison:
+    if cand.error is not None:
+        graded = is_correct(example, base.text)
+        return PromptComparison(index=index, is_baseline_correct=graded,
+                                is_candidate_correct=None if graded is None else False,
+                                num_tokens=len(base.tokens), first_divergence=0, is_near_tie=False, num_compared=0,
+                                sum_abs_logprob_drift=0.0, is_candidate_failed=True)
     where = first_divergence(base, cand)
     gaps = [] if where is None else [g for g in (_gap_at(base, where), _gap_at(cand, where)) if g is not None]
     num_compared = len(base.tokens) if where is None else where
@@ -73,6 +80,7 @@ class Metrics:
     num_near_tie_prompts: int
     divergence_positions: tuple[int, ...]  # first-difference positions of the divergent prompts, sorted
     mean_logprob_drift: float  # mean |baseline - candidate| logprob of the same token, before any difference
+    num_failed_requests: int = 0  # prompts the candidate refused (they count as wrong and divergent at 0)
 
     @property
     def accuracy_drop(self) -> float | None:
@@ -104,4 +112,5 @@ def summarize(comparisons: Sequence[PromptComparison]) -> Metrics:
         num_near_tie_prompts=sum(c.first_divergence is not None and c.is_near_tie for c in comparisons),
         divergence_positions=tuple(sorted(c.first_divergence for c in divergent if c.first_divergence is not None)),
         mean_logprob_drift=sum(c.sum_abs_logprob_drift for c in comparisons) / num_compared if num_compared else 0.0,
+        num_failed_requests=sum(c.is_candidate_failed for c in comparisons),
     )

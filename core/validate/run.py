@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hybridserve.core.errors import CouldNotRunError
 from hybridserve.core.validate.client import Completion, RequestSettings, complete_all
 from hybridserve.core.validate.dataset import Dataset
 from hybridserve.core.validate.deployments import Target, check_scheduling, deployed
@@ -71,6 +72,10 @@ def _run_target(phase: str, target: Target, request: ValidateRequest, model: Pat
             from dataclasses import replace
             settings = replace(settings, model=model.name)
         completions = complete_all(deployment.url, prompts, settings, on_done)
+        failed = [c.error for c in completions if c.error is not None]
+        if failed and phase == "baseline":
+            raise CouldNotRunError(f"baseline {target.label}: {len(failed)} of {total} prompts failed; first: "
+                                   f"{failed[0]}")
         schedulers = check_scheduling(target.config, deployment.engine_logs) if target.config else {}
     run = TargetRun(label=target.label, url=deployment.url, run_dir=deployment.run_dir, schedulers=schedulers,
                     elapsed_s=time.monotonic() - start)

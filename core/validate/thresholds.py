@@ -19,6 +19,7 @@ class Thresholds:
     max_logprob_drift: float = 0.05
     # A first difference where the top-2 logprob gap is under this is bf16 noise (launch's P/D check uses 0.02).
     near_tie_tolerance: float = 0.02
+    max_failed_requests: float = 0  # prompts the candidate may refuse (HTTP errors) where the baseline answered
 
 
 _FRACTIONS = ("max_accuracy_drop", "min_candidate_accuracy", "min_token_agreement")

@@ -60,6 +60,8 @@ def judge(metrics: Metrics, thresholds: Thresholds) -> Verdict:
         Check(metric="mean_logprob_drift", value=metrics.mean_logprob_drift, limit=thresholds.max_logprob_drift,
               is_upper_limit=True),
     ]
+    checks.append(Check(metric="failed_requests", value=float(metrics.num_failed_requests),
+                        limit=thresholds.max_failed_requests, is_upper_limit=True))
     if thresholds.min_candidate_accuracy is not None:
         checks.append(Check(metric="candidate_accuracy", value=metrics.candidate_accuracy,
                             limit=thresholds.min_candidate_accuracy, is_upper_limit=False))
