@@ -59,6 +59,15 @@ def engine_argv(python: str, role: str, topology: Topology, instance: EngineInst
     return tuple(argv) + instance.extra_args
 
 
+def omp_threads_bind(cores: tuple[int, ...], tp: int) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND: one core list per TP rank, ranks separated by '|' ((0, 1, 2, 3), TP 2 -> '0,1|2,3').
+    With fewer cores than ranks every rank gets all of them."""
+    if tp <= 1 or len(cores) < tp:
+        return "|".join([plugin_settings.format_cores(cores)] * max(1, tp))
+    size = len(cores) // tp
+    return "|".join(plugin_settings.format_cores(cores[r * size:(r + 1) * size]) for r in range(tp))
+
+
 def engine_env(topology: Topology, instance: EngineInstance) -> tuple[tuple[str, str], ...]:
     """Only the variables launch sets; the child inherits the rest of the caller's environment."""
     engine = topology.engine
@@ -74,7 +83,7 @@ def engine_env(topology: Topology, instance: EngineInstance) -> tuple[tuple[str,
     if topology.device is Device.CPU:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(engine.cpu_kv_cache_gib)
         if cores is not None:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = cores
+            env["VLLM_CPU_OMP_THREADS_BIND"] = omp_threads_bind(instance.devices, instance.tp)
         if engine.is_async_scheduling:
             env[plugin_settings.KEEP_ASYNC_SCHEDULING] = "1"
         if engine.is_plugin_fixes:

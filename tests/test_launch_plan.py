@@ -150,3 +150,11 @@ def load_topology_text(text: str):
         topology = load_topology(path)
     assert topology.model == TINY_MODEL_DIR.resolve() and topology.device is Device.CPU
     return topology
+
+
+@pytest.mark.parametrize("cores,tp,expected", [((0,), 1, "0"), ((0, 1, 2, 3), 2, "0,1|2,3"), ((0, 1, 2), 2, "0|1"),
+                                               ((5,), 2, "5|5")])
+def test_cpu_cores_are_split_per_tp_rank(cores, tp, expected):
+    from hybridserve.core.launch_engine import omp_threads_bind
+
+    assert omp_threads_bind(cores, tp) == expected
