@@ -12,7 +12,7 @@ state S [dk, BV] in registers across chunks. Per chunk of C tokens (the chunked 
 so one launch reads q, k, v, g, beta once and writes o and the final state: no intermediate tensor in HBM.
 Dots run on tensor cores in the input dtype (DOT: bf16/fp16) with fp32 accumulation; the state stays fp32 and
 is cast to DOT only as a dot operand (as fla does). Triton's CPU interpreter multiplies bf16 operands as their raw
-uint16 bits, so under TRITON_INTERPRET=1 the host passes DOT = float32.
+uint16 bits, so under TRITON_INTERPRET=1 the host sets UPCAST: operands are rounded to DOT, then widened to fp32.
 
 The same kernel serves whole sequences (PASS = WHOLE, one program row per sequence) and the context-parallel passes
 of kernels/fused_triton_cp.py, whose rows are (sequence, segment) pairs computed from cu_seqlens in-kernel (no host
@@ -29,6 +29,18 @@ WHOLE: tl.constexpr = tl.constexpr(0)
 LOCAL: tl.constexpr = tl.constexpr(1)
 TRANSITION: tl.constexpr = tl.constexpr(2)
 OUTPUT: tl.constexpr = tl.constexpr(3)
+# Operand type of the value-side dots (T (beta V - ...), P U, K^T U): fp16 keeps 3 more mantissa bits than bf16 at
+# the same tensor-core rate; these operands are bounded (|T|, |P| <= ~1, U ~ V).
+VAL: tl.constexpr = tl.constexpr(tl.float16)
+
+
+@triton.jit
+def _op(x, DOT: tl.constexpr, UPCAST: tl.constexpr):
+    """x as a dot operand: rounded to DOT (and, under the interpreter, widened back to fp32)."""
+    if UPCAST:
+        return x.to(DOT).to(tl.float32)
+    else:
+        return x.to(DOT)
 
 
 @triton.jit
@@ -121,6 +133,7 @@ def gdn_walk_kernel(
     q, k, v, g, beta, o, h0, h_mid, ht, cu_seqlens, scale, HK, HV, seg_len, max_segs,
     DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, BLK: tl.constexpr,
     LOG_NB: tl.constexpr, HAS_INIT: tl.constexpr, PASS: tl.constexpr, WRITE_O: tl.constexpr, DOT: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     """PASS: WHOLE (one program row per sequence: o and final state), or the context-parallel passes LOCAL (end
     state from a zero start, into ht[row]), TRANSITION (M[:, slice] into ht[row]) and OUTPUT (o from the combined
@@ -146,31 +159,32 @@ def gdn_walk_kernel(
         egc = tl.exp(gcum)
         # padded rows have g = beta = 0, k = 0: they change nothing, and G_last = G[C - 1]
         g_last = tl.sum(tl.where(o_c == C - 1, gcum, 0.0), axis=0)
-        kc = kc.to(DOT)
+        kc = _op(kc, DOT, UPCAST)
         kk = tl.dot(kc, tl.trans(kc))
         strict = lc[:, None] > lc[None, :]
         a = tl.where(strict, bc[:, None] * tl.exp(tl.where(strict, gcum[:, None] - gcum[None, :], 0.0)) * kk, 0.0)
         t_inv = _unit_lower_inverse(a, lc, C, BLK, LOG_NB)
-        ks = tl.dot(kc, s.to(DOT))
+        s_op = _op(s, DOT, UPCAST)
+        ks = tl.dot(kc, s_op)
         if PASS == TRANSITION:
             rhs = -(bc * egc)[:, None] * ks
         else:
             vc = tl.load(v + (rows64[:, None] * HV + i_h) * DV + o_v[None, :], mask=valid[:, None], other=0.0)
             rhs = bc[:, None] * (vc.to(tl.float32) - egc[:, None] * ks)
-        u = tl.dot(t_inv.to(DOT), rhs.to(DOT)).to(DOT)
+        u = _op(tl.dot(_op(t_inv, VAL, UPCAST), _op(rhs, VAL, UPCAST)), VAL, UPCAST)
         if WRITE_O:
             qc = tl.load(q + (rows64[:, None] * HK + i_kh) * DK + o_k[None, :], mask=valid[:, None], other=0.0)
-            qc = qc.to(DOT)
+            qc = _op(qc, DOT, UPCAST)
             qk = tl.dot(qc, tl.trans(kc))
             causal = lc[:, None] >= lc[None, :]
             p = tl.where(causal, qk * tl.exp(tl.where(causal, gcum[:, None] - gcum[None, :], 0.0)), 0.0)
-            oc = egc[:, None] * tl.dot(qc, s.to(DOT)) + tl.dot(p.to(DOT), u)
+            oc = egc[:, None] * tl.dot(qc, s_op) + tl.dot(_op(p, VAL, UPCAST), u)
             tl.store(o + (rows64[:, None] * HV + i_h) * DV + o_v[None, :], (oc * scale).to(o.dtype.element_ty),
                      mask=valid[:, None])
         # S <- exp(G_last) S + K^T (exp(G_last - G) * U): the decay scales U [C, BV] rather than K [C, DK], so K
         # is only ever a dot operand and never needs a register copy
-        ud = (u.to(tl.float32) * tl.exp(g_last - gcum)[:, None]).to(DOT)
-        s = s * tl.exp(g_last) + tl.dot(tl.trans(kc), ud)
+        ud = _op(u.to(tl.float32) * tl.exp(g_last - gcum)[:, None], VAL, UPCAST)
+        s = s * tl.exp(g_last) + tl.dot(tl.trans(_op(kc, VAL, UPCAST)), ud)
     offs = (o_k * DV)[:, None] + o_v[None, :]  # not the load's expression: CSE would keep it live over the loop
     if PASS == WHOLE:
         tl.store(ht + (n.to(tl.int64) * HV + i_h) * DK * DV + offs, s)

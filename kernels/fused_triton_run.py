@@ -20,9 +20,9 @@ WHOLE, LOCAL, TRANSITION, OUTPUT = 0, 1, 2, 3  # the kernel's PASS values
 _DOT_DTYPES = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
-def dot_dtype(dtype: torch.dtype):
-    """Tensor-core operand type; float32 under the CPU interpreter (it multiplies bf16 as raw bits)."""
-    return tl.float32 if os.environ.get("TRITON_INTERPRET") == "1" else _DOT_DTYPES[dtype]
+def is_interpreted() -> bool:
+    """Triton's CPU interpreter multiplies bf16 dot operands as raw bits: the kernel then widens them to fp32."""
+    return os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,7 +64,7 @@ def launch_walk(x: dict, cu_seqlens: torch.Tensor, num_rows: int, out: torch.Ten
         x["scale"], hk, hv, max(knobs.cp_segment, 1), max_segs,
         DK=dk, DV=dv, C=knobs.chunk_size, BV=knobs.block_v, BLK=knobs.solve_block,
         LOG_NB=max(int(math.log2(knobs.chunk_size // knobs.solve_block)), 1), HAS_INIT=h0 is not None,
-        PASS=pass_id, WRITE_O=pass_id in (WHOLE, OUTPUT), DOT=dot_dtype(q.dtype),
+        PASS=pass_id, WRITE_O=pass_id in (WHOLE, OUTPUT), DOT=_DOT_DTYPES[q.dtype], UPCAST=is_interpreted(),
         num_warps=knobs.num_warps, num_stages=knobs.num_stages,
     )
 

@@ -2,7 +2,8 @@
 (TRITON_INTERPRET=1), and compiled for sm_90 here (Triton ships ptxas) to catch register spills.
 
 Tiny shapes (head size 32) keep the interpreter fast; the GPU run of benchmarks/kernels_fused.py verifies the
-real shapes. bf16 operands are multiplied in float32 under the interpreter (it multiplies bf16 as raw bits).
+real shapes. Under the interpreter dot operands are rounded to bf16/fp16 as on the GPU, then multiplied in float32
+(the interpreter multiplies bf16 as raw bits).
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def _check(run, shape, knobs, init=True, seed=0, dtype=torch.bfloat16):
     o, state = run.gdn_prefill(**x.as_kwargs(), knobs=knobs)
     expected_o, expected_state = naive.gdn_prefill(**x.as_kwargs())
     assert o.dtype == dtype and state.dtype == torch.float32
-    assert_close(o, expected_o, TOL, "o")
-    assert_close(state, expected_state, TOL, "final state")
+    assert_close(o, expected_o, 1e-2, "o")  # bf16 output rounding alone is ~3e-3
+    assert_close(state, expected_state, 5e-3, "final state")  # fp16 value-side operands: ~7e-4 seen
 
 
 def test_verify_matrix_passes_through_the_interpreter(run) -> None:
@@ -143,7 +144,8 @@ def _compile_for_hopper(monkeypatch, tmp_path, knobs: dict):
     signature = {n: types.get(n, "constexpr") for n in names}
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(names) if signature[n].startswith("*")}
     chunk = knobs["chunk_size"]
-    consts = dict(DK=128, DV=128, BLK=16, HAS_INIT=True, PASS=0, WRITE_O=True, DOT=triton.language.bfloat16,
+    consts = dict(DK=128, DV=128, BLK=16, HAS_INIT=True, PASS=0, WRITE_O=True, UPCAST=False,
+                  DOT=triton.language.bfloat16,
                   C=chunk, BV=knobs["block_v"], LOG_NB=max((chunk // 16).bit_length() - 1, 1))
     try:
         source = compiler.ASTSource(fn=module.gdn_walk_kernel, signature=signature, constexprs=consts, attrs=attrs)
