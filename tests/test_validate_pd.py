@@ -20,6 +20,7 @@ from hybridserve.core.topology import TINY_MODEL_DIR  # noqa: E402
 from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate  # noqa: E402
 from hybridserve.core.validate.client import RequestSettings  # noqa: E402
 from hybridserve.core.validate.deployments import check_scheduling, deployed  # noqa: E402
+from hybridserve.core.validate.thresholds import RANDOM_WEIGHTS  # noqa: E402
 from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX  # noqa: E402
 
 SEEDS = range(5)
@@ -45,7 +46,8 @@ def baseline(run_root):
 def validate_seeds(baseline_url, candidate_url):
     return [validate(ValidateRequest(
         baseline=parse_target(baseline_url, what="baseline"), candidate=parse_target(candidate_url, what="candidate"),
-        dataset=load_dataset("synthetic", num_prompts=NUM_PROMPTS, seed=seed), settings=SETTINGS))
+        dataset=load_dataset("synthetic", num_prompts=NUM_PROMPTS, seed=seed), settings=SETTINGS,
+        thresholds=RANDOM_WEIGHTS))
         for seed in SEEDS]
 
 

@@ -77,7 +77,8 @@ def parse_completion(url: str, payload: dict) -> Completion:
     gaps = []
     for top in tops:
         ranked = sorted((top or {}).values(), reverse=True)
-        gaps.append(ranked[0] - ranked[1] if len(ranked) >= 2 else None)
+        # One entry although two were asked: the two best tokens decode to the same text (byte pieces): a tie.
+        gaps.append(ranked[0] - ranked[1] if len(ranked) >= 2 else (0.0 if len(ranked) == 1 else None))
     return Completion(text=choice.get("text") or "", tokens=tokens, logprobs=values, top2_gaps=tuple(gaps))
 
 

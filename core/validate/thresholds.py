@@ -22,6 +22,12 @@ class Thresholds:
     max_failed_requests: float = 0  # prompts the candidate may refuse (HTTP errors) where the baseline answered
 
 
+# For launch's tiny model, whose weights are random: its logits are nearly flat (top-2 gaps of one or two bf16
+# steps, 0.016-0.03, are common) and it amplifies the bf16 noise of P/D (decode recomputes the last prompt token):
+# measured clean single-sync vs pd-async, 5 seeds x 8 prompts x 16 tokens: first divergences at top-2 gaps up to
+# 0.125 and logprob differences up to 0.2 there. Corruption is far larger (zeroed attention KV: agreement 0.42).
+RANDOM_WEIGHTS = Thresholds(near_tie_tolerance=0.05, min_token_agreement=0.6, max_logprob_drift=0.1)
+
 _FRACTIONS = ("max_accuracy_drop", "min_candidate_accuracy", "min_token_agreement")
 
 
@@ -54,9 +60,10 @@ def load_yaml(path: Path) -> dict[str, float | None]:
     return {name: _check(name, value, f"--thresholds {path}") for name, value in data.items()}
 
 
-def resolve(path: Path | None, overrides: dict[str, float | None]) -> Thresholds:
-    """Defaults <- YAML file <- flags (a flag left at None does not override)."""
-    values: dict[str, float | None] = load_yaml(path) if path is not None else {}
+def resolve(path: Path | None, overrides: dict[str, float | None], base: Thresholds | None = None) -> Thresholds:
+    """Defaults (or `base`) <- YAML file <- flags (a flag left at None does not override)."""
+    values: dict[str, float | None] = dict(vars(base)) if base is not None else {}
+    values.update(load_yaml(path) if path is not None else {})
     for name, value in overrides.items():
         if value is not None:
             values[name] = _check(name, value, f"--{name.replace('_', '-')}")
