@@ -9,14 +9,20 @@ import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
 
+Model = Annotated[str, typer.Option("--model", "-m", help="Model profile, config.json or folder.")]
+Tps = Annotated[Optional[list[int]], typer.Option("--tp", help="TP sizes: --tp 1 2 4 8.")]
+Shapes = Annotated[Optional[list[str]], typer.Option("--shapes", help="Batch shapes NxL: --shapes 1x1024 4x4096.")]
+PromptLengths = Annotated[Optional[Path], typer.Option(help="File of prompt lengths: shapes from p50/p90/p99.")]
+Backends = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend to consider (repeat).")]
+
 
 def command(
     ctx: typer.Context,
-    model: Annotated[str, typer.Option("--model", "-m", help="Model profile, config.json or folder.")] = "qwen3.5-397b-a17b",
-    tp: Annotated[Optional[list[int]], typer.Option("--tp", help="TP sizes: --tp 1 2 4 8.")] = None,
-    shapes: Annotated[Optional[list[str]], typer.Option("--shapes", help="Batch shapes NxL: --shapes 1x1024 4x4096.")] = None,
-    prompt_lengths: Annotated[Optional[Path], typer.Option(help="File of prompt lengths: shapes from its p50/p90/p99.")] = None,
-    backend: Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend to consider (repeat).")] = None,
+    model: Model = "qwen3.5-397b-a17b",
+    tp: Tps = None,
+    shapes: Shapes = None,
+    prompt_lengths: PromptLengths = None,
+    backend: Backends = None,
     dtype: Annotated[str, typer.Option(help="Input dtype: bf16, fp16, fp32.")] = "bf16",
     out: Annotated[Path, typer.Option(help="Tuned profile YAML to write.")] = Path("tuned-gdn-prefill.yaml"),
     plot: Annotated[Optional[Path], typer.Option(help="PNG plot; default: beside --out.")] = None,
@@ -39,7 +45,8 @@ def command(
     from hybridserve.core.errors import InputError
     from hybridserve.core.profiles import load_model
     from hybridserve.kernels import registry
-    from hybridserve.kernels.grid import DEFAULT_SHAPES, parse_shape, shapes_from_lengths, split_trailing
+    from hybridserve.kernels.grid import (CPU_DEFAULT_SHAPES, DEFAULT_SHAPES, parse_shape, shapes_from_lengths,
+                                          split_trailing)
     from hybridserve.kernels.plot import write_plot
     from hybridserve.kernels.timing import TimingPlan
     from hybridserve.kernels.tune import TuneRequest, run_tune
@@ -54,8 +61,10 @@ def command(
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     backends = tuple(b for b in registry.select(backend) if device.type in b.capabilities.devices)
     if device.type == "cpu":
+        default = "" if grid else f" on the CPU grid {' '.join(s.label for s in CPU_DEFAULT_SHAPES)}"
+        grid = grid or list(CPU_DEFAULT_SHAPES)
         err_console.print("no CUDA GPU here: tuning the CPU backends "
-                          f"({', '.join(b.name for b in backends)}) with perf_counter timings")
+                          f"({', '.join(b.name for b in backends)}) with perf_counter timings{default}")
     req = TuneRequest(model=load_model(model), tps=tuple((tp or []) + extra_tps) or (1, 2, 4, 8),
                       shapes=tuple(grid) or DEFAULT_SHAPES, backends=backends, device=device,
                       dtype=DType.parse(dtype, what="--dtype"), verify_max_len=verify_max_len,

@@ -8,8 +8,8 @@ import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
 
-Backends = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend to check (repeat); default: all.")]
-Model = Annotated[str, typer.Option("--model", "-m", help="Model profile, config.json or folder: its GDN heads per TP.")]
+Backends = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend to check (repeat).")]
+Model = Annotated[str, typer.Option("--model", "-m", help="Model profile, config.json or folder (GDN heads).")]
 Tps = Annotated[Optional[list[int]], typer.Option("--tp", help="TP sizes for the model's shapes: --tp 1 2 4 8.")]
 
 

@@ -31,6 +31,11 @@ DEFAULT_SHAPES = (BatchShape(num_seqs=1, seq_len=1024), BatchShape(num_seqs=1, s
                   BatchShape(num_seqs=16, seq_len=2048))
 
 
+# Without a GPU the default grid would take hours in the CPU backends: a small one stands in (tune says so).
+CPU_DEFAULT_SHAPES = (BatchShape(num_seqs=1, seq_len=512), BatchShape(num_seqs=1, seq_len=2048),
+                      BatchShape(num_seqs=4, seq_len=512))
+
+
 def is_shape_text(text: str) -> bool:
     return bool(_SHAPE.match(text))
 

@@ -24,7 +24,8 @@ def write_plot(profile: TunedProfile, path: Path) -> None:
         rows = [e for e in profile.entries if e.tp == tp]
         labels = [f"{e.num_seqs}x{e.seq_len}" for e in rows]
         base = [e.fla_ms or e.times_ms[max(e.times_ms, key=e.times_ms.get)] for e in rows]
-        series = {"FlashInfer auto": [b / e.flashinfer_auto_ms if e.flashinfer_auto_ms else 0 for b, e in zip(base, rows)],
+        series = {"FlashInfer auto": [b / e.flashinfer_auto_ms if e.flashinfer_auto_ms else 0
+                                      for b, e in zip(base, rows)],
                   "tuned": [b / e.winner_ms for b, e in zip(base, rows)]}
         width = 0.38
         for i, (name, values) in enumerate(series.items()):

@@ -41,7 +41,8 @@ CASES = {"zero-len-inside": (40, 0, 129, 0, 3), "len65": (65,), "varlen": (31, 6
 @pytest.mark.parametrize("seqlens", CASES.values(), ids=list(CASES))
 @pytest.mark.parametrize("has_init", [True, False], ids=["init", "no-init"])
 def test_flashinfer_adapter_keeps_the_project_convention(monkeypatch, seqlens, has_init: bool) -> None:
-    monkeypatch.setattr(backend_flashinfer, "_load", lambda: types.SimpleNamespace(chunk_gated_delta_rule=fake_flashinfer))
+    fake = types.SimpleNamespace(chunk_gated_delta_rule=fake_flashinfer)
+    monkeypatch.setattr(backend_flashinfer, "_load", lambda: fake)
     shape = GdnShape(seqlens=seqlens, num_key_heads=2, num_value_heads=6, key_head_dim=32, value_head_dim=16)
     x = make_inputs(shape, dtype=torch.float32, seed=9, has_initial_state=has_init)
     b = backend_flashinfer.FlashInferBackend()

@@ -164,3 +164,19 @@ def test_flashinfer_adapter_reads_emptiness_once_per_cu_seqlens_object() -> None
     assert b._has_empty(cu) is True and b._has_empty(torch.tensor([0, 3, 5])) is False
     cu[2] = 4  # not read again: the answer is cached for this object, as fla caches its chunk indices
     assert b._has_empty(cu) is True
+
+
+def test_cpu_tune_without_shapes_uses_the_small_cpu_grid_and_says_so(monkeypatch, tmp_path: Path) -> None:
+    import hybridserve.kernels.tune as tune_lib
+
+    seen = {}
+
+    def fake_run_tune(req, progress=None):
+        seen["shapes"] = req.shapes
+        raise InputError("stop here")
+
+    monkeypatch.setattr(tune_lib, "run_tune", fake_run_tune)
+    result = runner.invoke(app, ["tune", "--model", "qwen3.5-0.8b", "--tp", "1", "--out", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 2 and "CPU grid 1x512 1x2048 4x512" in result.output
+    assert [s.label for s in seen["shapes"]] == ["1x512", "1x2048", "4x512"]
+    assert not (tmp_path / "p.yaml").exists()
