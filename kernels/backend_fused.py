@@ -35,13 +35,14 @@ def default_knobs(shape: GdnShape) -> KnobSetting:
     """One program per (sequence, value head, 64-wide value slice) when that fills the GPU; else split the long
     sequences into context-parallel segments so that segments x heads x slices covers about two waves.
 
-    32-token chunks at 8 warps: the only setting that compiled without register spills for sm_90 (ptxas through
-    Triton 3.6, BENCHMARKS.md); not yet timed on a GPU, so `tune` should decide."""
+    32-token chunks at 8 warps with 8 x 8 diagonal solve blocks: compiled without register spills for sm_90 (ptxas
+    through Triton 3.6, BENCHMARKS.md) and 7 sequential substitution steps per chunk instead of 15; not yet timed
+    on a GPU, so `tune` should decide."""
     slices = shape.value_head_dim // 64 if shape.value_head_dim >= 64 else 1
     block_v = min(64, shape.value_head_dim)
     programs = shape.num_seqs * shape.num_value_heads * slices
     longest = max(shape.seqlens, default=0)
-    base: KnobSetting = (("chunk_size", 32), ("block_v", block_v), ("num_warps", 8))
+    base: KnobSetting = (("chunk_size", 32), ("block_v", block_v), ("num_warps", 8), ("solve_block", 8))
     if programs >= NUM_SMS_H200 or longest < 2048 or shape.key_head_dim != shape.value_head_dim:
         return base
     want_segments = -(-2 * NUM_SMS_H200 // (shape.num_value_heads * slices))
@@ -80,7 +81,8 @@ class FusedTritonBackend(Backend):
         if shape.value_head_dim < 128:
             return settings
         longest = max(shape.seqlens, default=0)
-        settings += [(("block_v", 64),), (("block_v", 32),), (("block_v", 64), ("num_warps", 8)),
+        settings += [(("chunk_size", 32), ("block_v", 64), ("num_warps", 8), ("solve_block", 4)),
+                     (("block_v", 64),), (("block_v", 32),), (("block_v", 64), ("num_warps", 8)),
                      (("block_v", 128), ("num_warps", 8)), (("chunk_size", 32), ("block_v", 64), ("num_warps", 8)),
                      (("chunk_size", 32), ("block_v", 32), ("num_warps", 8))]
         if shape.key_head_dim == shape.value_head_dim:
