@@ -60,11 +60,11 @@ def render_plan(plan: Plan) -> None:
 def _request_table(plan: Plan) -> Table:
     table = Table(title="per request, per decode rank (N-1 tokens move with GDN layers; padding never moves)")
     for col in ("prompt", "reads", "bytes vLLM", "bytes ours", "descs vLLM", f"descs ours ({plan.request.num_runs} "
-                "run)", "saved", "fit"):
+                "run)", "NIXL elements ours", "saved", "fit"):
         table.add_column(col, justify="right")
     for r in plan.requests:
         table.add_row(f"{r.prompt_tokens:,}", str(r.vllm.num_reads), _b(r.vllm.total_bytes), _b(r.ours.total_bytes),
-                      f"{r.vllm.total_descriptors:,}", f"{r.ours.total_descriptors:,}",
+                      f"{r.vllm.total_descriptors:,}", f"{r.ours.total_descriptors:,}", f"{r.ours.nixl_elements:,}",
                       f"{r.vllm.total_descriptors / max(1, r.ours.total_descriptors):.1f}x",
                       "-" if r.max_requests is None else f"{r.max_requests:,}")
     return table

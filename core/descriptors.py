@@ -8,6 +8,9 @@ Ours: a run of physically contiguous blocks of one tensor is one byte range what
 layer's conv and SSM state are contiguous inside its page, so one descriptor covers both (padding never moves).
 Head slices under heterogeneous TP are equally spaced: one strided descriptor (address, length, stride, count)
 covers a run; a sliced GDN state needs three (Q and K rows share one strided descriptor, V rows, SSM heads).
+NIXL 1.5.1 takes strided rows (an Nx5 list in prep_xfer_dlist) but expands each into one element per slice when
+it prepares the list, so `nixl_elements` counts what a transfer then carries: equal to the descriptors except
+for sliced heads under heterogeneous TP (2 per kernel block per tensor for attention, 4 per GDN state).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class TransferCost:
     gdn_descriptors: int
     attention_bytes: int
     gdn_bytes: int
+    nixl_elements: int  # after NIXL expands strided descriptors
 
     @property
     def total_descriptors(self) -> int:
@@ -68,7 +72,7 @@ def transfer_cost(prefill: RankLayout, decode: RankLayout, prompt_tokens: int, s
     geometry = _TpGeometry(prefill, decode)
     groups = decode.groups
     t = groups.num_tensors
-    attn_descs = attn_bytes = gdn_descs = gdn_bytes = 0
+    attn_descs = attn_bytes = gdn_descs = gdn_bytes = elements = 0
     for group in groups.groups:
         if group.kind.is_attention:
             kept = blocks_kept(decode, group, tokens)
@@ -76,16 +80,21 @@ def transfer_cost(prefill: RankLayout, decode: RankLayout, prompt_tokens: int, s
                 attn_descs += geometry.num_reads * 2 * t * kept * decode.kernel_blocks_per_block
                 attn_bytes += t * kept * decode.page_size_bytes
             else:
-                attn_descs += geometry.num_attention_reads * t * min(max(1, num_runs), kept)
-                attn_bytes += t * _kernel_blocks_holding(decode, group, tokens, kept) * decode.kernel_page_size_bytes
+                kernel_blocks = _kernel_blocks_holding(decode, group, tokens, kept)
+                descs = geometry.num_attention_reads * t * min(max(1, num_runs), kept)
+                attn_descs += descs
+                attn_bytes += t * kernel_blocks * decode.kernel_page_size_bytes
+                elements += geometry.num_attention_reads * t * 2 * kernel_blocks if geometry.is_head_sliced else descs
         else:
             states = 1 + decode.request.num_speculative_tokens
             per_state = VLLM_DESCRIPTORS_PER_GDN_STATE if scheme is Scheme.VLLM else geometry.ours_per_gdn_state
             gdn_descs += geometry.num_reads * t * states * per_state
+            elements += geometry.num_reads * t * states * (per_state if per_state != 3 else 4)
             gdn_bytes += t * states * decode.gdn.real_page_size_bytes
     return TransferCost(scheme=scheme, prompt_tokens=prompt_tokens, moved_tokens=tokens,
                         num_reads=geometry.num_reads, attention_descriptors=attn_descs, gdn_descriptors=gdn_descs,
-                        attention_bytes=attn_bytes, gdn_bytes=gdn_bytes)
+                        attention_bytes=attn_bytes, gdn_bytes=gdn_bytes,
+                        nixl_elements=attn_descs + gdn_descs if scheme is Scheme.VLLM else elements)
 
 
 def _kernel_blocks_holding(layout: RankLayout, group: KVCacheGroup, tokens: int, kept: int) -> int:
@@ -105,3 +114,5 @@ class _TpGeometry:
         # P > D: one READ per prefill rank; replicated KV heads are read once, from the rank that holds them.
         self.num_attention_reads = max(1, min(self.num_reads, d_heads // p_heads))
         self.ours_per_gdn_state = 1 if p_tp == d_tp else 3
+        # a side whose kernel block holds more heads than the other reads or writes equally spaced slices
+        self.is_head_sliced = p_heads != d_heads

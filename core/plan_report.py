@@ -38,6 +38,7 @@ def cost_dict(cost: TransferCost) -> dict[str, Any]:
         "attention_descriptors": cost.attention_descriptors,
         "gdn_descriptors": cost.gdn_descriptors,
         "total_descriptors": cost.total_descriptors,
+        "nixl_elements": cost.nixl_elements,
         "attention_bytes": cost.attention_bytes,
         "gdn_bytes": cost.gdn_bytes,
         "total_bytes": cost.total_bytes,

@@ -74,3 +74,15 @@ def test_hetero_tp_reads_and_strided_slices(p_tp, d_tp, reads, ours_gdn_per_stat
 def test_zero_moved_tokens_moves_only_state():
     c = cost("qwen3.5-0.8b", Scheme.VLLM, 1)
     assert c.moved_tokens == 0 and c.attention_descriptors == 0 and c.gdn_descriptors == 12 * 6
+
+
+@pytest.mark.parametrize("p_tp, d_tp, rows, elements", [
+    (1, 1, 15 + 45, 15 + 45),
+    (1, 2, 15 + 45 * 3, 2 * 512 * 15 + 45 * 4),  # D reads its head slice: K and V slices of 512 kernel blocks
+    (2, 1, 2 * 15 + 2 * 45 * 3, 2 * (2 * 512 * 15) + 2 * 45 * 4),  # two P ranks, each into a slice of D's block
+    (4, 2, 15 + 2 * 45 * 3, 15 + 2 * 45 * 4),  # KV heads replicated: one head per rank on both sides, dense
+], ids=["1to1", "1to2", "2to1", "4to2"])
+def test_ours_nixl_elements_after_strided_expansion(p_tp, d_tp, rows, elements):
+    # numbers seen from NIXL 1.5.1 prep_xfer_dlist in transfer bench: 150 / 15,540 (1->2), 300 / 31,080 (2->1)
+    c = cost("qwen3.5-397b-a17b", Scheme.OURS, 8192, p_tp=p_tp, d_tp=d_tp, backend=FI, ssm_dtype=DType.BFLOAT16)
+    assert (c.total_descriptors, c.nixl_elements) == (rows, elements)
