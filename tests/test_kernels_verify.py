@@ -24,6 +24,9 @@ SMALL = dict(head_dim=32, long_len=200)
 class GateFlipped(TorchBackend):
     name = "wrong-gate"
 
+    def knob_space(self, shape):
+        return [()]
+
     def prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
                 max_seqlen=None, **knobs):
         return chunk_torch.gdn_prefill(q, k, v, -g, beta, cu_seqlens, scale, initial_state, output_final_state)
@@ -67,7 +70,7 @@ class Only128(StateDropped):
 
 
 def test_torch_backend_passes_the_matrix() -> None:
-    cases = case_matrix(**SMALL, model=load_model("qwen3.5-0.8b"), tps=(4, 8))
+    cases = case_matrix(**SMALL, model=load_model("qwen3.5-0.8b"), tps=(4, 8), model_seqlens=(70, 0, 65))
     report = run_verify([TorchBackend()], cases, dtype=DType.BFLOAT16, device="cpu")
     assert report.is_ok and len(report.results) == 2 * len(cases)
     ids = {r.case_id for r in report.results}
@@ -120,7 +123,7 @@ def test_no_available_backend_could_not_run() -> None:
 
 
 runner = CliRunner()
-CLI = ["verify", "--device", "cpu", "--model", "qwen3.5-0.8b", "--tp", "8", "16", "--head-dim", "32",
+CLI = ["verify", "--device", "cpu", "--model", "qwen3.5-0.8b", "--tp", "8", "16", "--head-dim", "16",
        "--long-len", "100"]
 
 
@@ -136,7 +139,7 @@ def test_cli_json_passes_and_lists_the_cases() -> None:
 def test_cli_exits_1_on_a_wrong_backend_and_names_it() -> None:
     registry.register(GateFlipped())
     try:
-        result = runner.invoke(app, [*CLI, "--backend", "torch", "--backend", "wrong-gate"])
+        result = runner.invoke(app, [*CLI, "--backend", "wrong-gate"])
     finally:
         registry.unregister("wrong-gate")
     assert result.exit_code == 1
