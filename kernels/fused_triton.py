@@ -129,6 +129,35 @@ def _load_state(h0, h_mid, i_item, n, j, i_h, o_k, o_v, HV, DK: tl.constexpr, DV
 
 
 @triton.jit
+def _write_output(q, o, rows64, valid, lc, i_kh, i_h, o_k, o_v, kc, s_op, u, gcum, egc, scale, HK, HV,
+                  DK: tl.constexpr, DV: tl.constexpr, DOT: tl.constexpr, UPCAST: tl.constexpr):
+    """o = scale * (exp(G) * (Q S) + (QK^T * exp(G_i - G_j), i >= j) U) for the chunk's valid rows."""
+    qc = tl.load(q + (rows64[:, None] * HK + i_kh) * DK + o_k[None, :], mask=valid[:, None], other=0.0)
+    qc = _op(qc, DOT, UPCAST)
+    qk = tl.dot(qc, tl.trans(kc))
+    causal = lc[:, None] >= lc[None, :]
+    p = tl.where(causal, qk * tl.exp(tl.where(causal, gcum[:, None] - gcum[None, :], 0.0)), 0.0)
+    oc = egc[:, None] * tl.dot(qc, s_op) + tl.dot(_op(p, VAL, UPCAST), u)
+    tl.store(o + (rows64[:, None] * HV + i_h) * DV + o_v[None, :], (oc * scale).to(o.dtype.element_ty),
+             mask=valid[:, None])
+
+
+@triton.jit
+def _store_state(ht, s, i_item, n, j, count, i_h, o_k, o_v, HV, DK: tl.constexpr, DV: tl.constexpr,
+                 PASS: tl.constexpr):
+    """The end state: a sequence's final state (WHOLE, or the last OUTPUT segment) into ht[n]; the LOCAL end state
+    or the TRANSITION matrix slice into ht[program row]."""
+    offs = (o_k * DV)[:, None] + o_v[None, :]  # not the load's expression: CSE would keep it live over the loop
+    if PASS == WHOLE:
+        tl.store(ht + (n.to(tl.int64) * HV + i_h) * DK * DV + offs, s)
+    elif PASS == OUTPUT:
+        if j == count - 1:
+            tl.store(ht + (n.to(tl.int64) * HV + i_h) * DK * DV + offs, s)
+    else:
+        tl.store(ht + (i_item.to(tl.int64) * HV + i_h) * DK * DV + offs, s)
+
+
+@triton.jit
 def gdn_walk_kernel(
     q, k, v, g, beta, o, h0, h_mid, ht, cu_seqlens, scale, HK, HV, seg_len, max_segs,
     DK: tl.constexpr, DV: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, BLK: tl.constexpr,
@@ -173,23 +202,10 @@ def gdn_walk_kernel(
             rhs = bc[:, None] * (vc.to(tl.float32) - egc[:, None] * ks)
         u = _op(tl.dot(_op(t_inv, VAL, UPCAST), _op(rhs, VAL, UPCAST)), VAL, UPCAST)
         if WRITE_O:
-            qc = tl.load(q + (rows64[:, None] * HK + i_kh) * DK + o_k[None, :], mask=valid[:, None], other=0.0)
-            qc = _op(qc, DOT, UPCAST)
-            qk = tl.dot(qc, tl.trans(kc))
-            causal = lc[:, None] >= lc[None, :]
-            p = tl.where(causal, qk * tl.exp(tl.where(causal, gcum[:, None] - gcum[None, :], 0.0)), 0.0)
-            oc = egc[:, None] * tl.dot(qc, s_op) + tl.dot(_op(p, VAL, UPCAST), u)
-            tl.store(o + (rows64[:, None] * HV + i_h) * DV + o_v[None, :], (oc * scale).to(o.dtype.element_ty),
-                     mask=valid[:, None])
+            _write_output(q, o, rows64, valid, lc, i_kh, i_h, o_k, o_v, kc, s_op, u, gcum, egc, scale, HK, HV,
+                          DK, DV, DOT, UPCAST)
         # S <- exp(G_last) S + K^T (exp(G_last - G) * U): the decay scales U [C, BV] rather than K [C, DK], so K
         # is only ever a dot operand and never needs a register copy
         ud = _op(u.to(tl.float32) * tl.exp(g_last - gcum)[:, None], VAL, UPCAST)
         s = s * tl.exp(g_last) + tl.dot(tl.trans(_op(kc, VAL, UPCAST)), ud)
-    offs = (o_k * DV)[:, None] + o_v[None, :]  # not the load's expression: CSE would keep it live over the loop
-    if PASS == WHOLE:
-        tl.store(ht + (n.to(tl.int64) * HV + i_h) * DK * DV + offs, s)
-    elif PASS == OUTPUT:
-        if j == count - 1:
-            tl.store(ht + (n.to(tl.int64) * HV + i_h) * DK * DV + offs, s)
-    else:
-        tl.store(ht + (i_item.to(tl.int64) * HV + i_h) * DK * DV + offs, s)
+    _store_state(ht, s, i_item, n, j, count, i_h, o_k, o_v, HV, DK, DV, PASS)
