@@ -33,6 +33,12 @@ def test_real_divergence_counts_tokens_up_to_it():
     assert c.is_baseline_correct and c.is_candidate_correct  # the answer is only the first two words
 
 
+def test_only_the_baselines_near_tie_forgives():
+    unsure = comp(["a", "b", "x", "y"], gaps=[5, 5, 0.001, 5])
+    c = compare(0, EX, comp(["a", "b", "c", "d"]), unsure, near_tie_tolerance=0.02)
+    assert not c.is_near_tie and c.num_agreed_tokens == 2
+
+
 def test_near_tie_divergence_is_forgiven():
     base = comp(["a", "b", "c", "d"], gaps=[5, 5, 0.01, 5])
     c = compare(0, EX, base, comp(["a", "b", "x", "y"]), near_tie_tolerance=0.02)

@@ -66,6 +66,8 @@ def test_candidate_against_baseline(baseline, run_root, config, fault):
     assert set(schedulers.values()) == {want}  # async proven on (or off) from the servers' own logs
     assert decode_log.count(RECEIVED_LOG_PREFIX) >= NUM_PROMPTS * len(SEEDS)  # state came over NIXL
     verdicts = [r.verdict for r in reports]
+    print(config, fault, [(round(v.metrics.token_agreement, 3), round(v.metrics.mean_logprob_drift, 4),
+                           v.metrics.num_failed_requests) for v in verdicts])
     if fault is None:
         assert all(v.passed for v in verdicts), [v.summary for v in verdicts]
     else:

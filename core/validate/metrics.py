@@ -2,9 +2,10 @@
 
 Token agreement mirrors how vLLM's own tests compare two greedy runs (tests/models/utils.py
 check_logprobs_close): tokens are compared up to the first position where they differ; after it the two
-continuations have different contexts, so nothing later is compared. A first difference where either side's
-best and second-best tokens were within `near_tie_tolerance` (logprob gap) is bf16 noise, not a regression:
-that prompt counts as agreeing in full.
+continuations have different contexts, so nothing later is compared. A first difference where the baseline's
+(the reference's) best and second-best tokens were within `near_tie_tolerance` (logprob gap) is bf16 noise, not
+a regression: that prompt counts as agreeing in full. The candidate's own gap is not used: a corrupted state
+often makes the candidate unsure, which must not excuse it.
 """
 
 from __future__ import annotations
@@ -58,13 +59,13 @@ def compare(index: int, example: Example, base: Completion, cand: Completion,
                                 num_tokens=len(base.tokens), first_divergence=0, is_near_tie=False, num_compared=0,
                                 sum_abs_logprob_drift=0.0, is_candidate_failed=True)
     where = first_divergence(base, cand)
-    gaps = [] if where is None else [g for g in (_gap_at(base, where), _gap_at(cand, where)) if g is not None]
+    gap = None if where is None else _gap_at(base, where)
     num_compared = len(base.tokens) if where is None else where
     drift = sum(abs(a - b) for a, b in zip(base.logprobs[:num_compared], cand.logprobs[:num_compared]))
     return PromptComparison(
         index=index, is_baseline_correct=is_correct(example, base.text),
         is_candidate_correct=is_correct(example, cand.text), num_tokens=len(base.tokens),
-        first_divergence=where, is_near_tie=bool(gaps) and min(gaps) < near_tie_tolerance,
+        first_divergence=where, is_near_tie=gap is not None and gap < near_tie_tolerance,
         num_compared=num_compared, sum_abs_logprob_drift=drift,
     )
 
