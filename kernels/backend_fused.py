@@ -52,12 +52,15 @@ def default_knobs(shape: GdnShape) -> KnobSetting:
 
 class FusedTritonBackend(Backend):
     name = "fused_triton"
-    capabilities = Capabilities(
-        devices=frozenset({"cuda", "cpu"}),  # cpu only under TRITON_INTERPRET=1 (availability says so)
-        dtypes=frozenset({torch.bfloat16, torch.float16}),
-        head_dims=frozenset({16, 32, 64, 128}),
-        min_compute_capability=(8, 0),
-    )
+
+    @property
+    def capabilities(self) -> Capabilities:  # CPU tensors only through Triton's interpreter
+        return Capabilities(
+            devices=frozenset({"cuda", "cpu"} if is_interpreted() else {"cuda"}),
+            dtypes=frozenset({torch.bfloat16, torch.float16}),
+            head_dims=frozenset({16, 32, 64, 128}),
+            min_compute_capability=(8, 0),
+        )
 
     def availability(self) -> Support:
         try:
