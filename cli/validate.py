@@ -98,7 +98,7 @@ def _base_thresholds(model, baseline: str, candidate: str):  # noqa: ANN001, ANN
     is_random = (model or default_model()).resolve() == TINY_MODEL_DIR.resolve()
     if started and is_random:
         err_console.print("model: launch's tiny Qwen3.5 (random weights): limits loosened for flat logits "
-                          "(near-tie 0.05, agreement >= 0.6, drift <= 0.1)", highlight=False)
+                          "(near-tie 0.05, agreement >= 0.8, drift <= 0.04)", highlight=False)
         return RANDOM_WEIGHTS
     return Thresholds()
 
