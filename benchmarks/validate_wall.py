@@ -19,6 +19,7 @@ from rich.table import Table
 from hybridserve.core.topology import TINY_MODEL_DIR
 from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate
 from hybridserve.core.validate.client import RequestSettings
+from hybridserve.core.validate.thresholds import RANDOM_WEIGHTS
 
 
 def one_run(num_prompts: int, max_tokens: int, seed: int, run_root: Path) -> dict:
@@ -32,7 +33,7 @@ def one_run(num_prompts: int, max_tokens: int, seed: int, run_root: Path) -> dic
         baseline=parse_target("single-sync", what="baseline"), candidate=parse_target("pd-async", what="candidate"),
         dataset=load_dataset("synthetic", num_prompts=num_prompts, seed=seed),
         settings=RequestSettings(max_tokens=max_tokens, ignore_eos=True), model=TINY_MODEL_DIR,
-        base_port=9300, run_root=run_root, num_cores=os.cpu_count() or 1)
+        thresholds=RANDOM_WEIGHTS, base_port=9300, run_root=run_root, num_cores=os.cpu_count() or 1)
     start = time.monotonic()
     report = validate(request, on_progress)
     span = {phase: times[-1] - times[0] for phase, times in marks.items()}

@@ -125,4 +125,11 @@ def _run_with_progress(request):  # noqa: ANN001, ANN202
                 tasks[phase] = progress.add_task(f"{phase} (starting / sending)", total=total)
             progress.update(tasks[phase], completed=done, description=phase)
 
-        return validate(request, on_progress)
+        from hybridserve.core.errors import CouldNotRunError
+        from hybridserve.core.process_run import Stop, stop_on_signals
+
+        try:
+            with stop_on_signals():  # SIGTERM/SIGHUP unwind like Ctrl-C: started servers are stopped
+                return validate(request, on_progress)
+        except Stop as stop:
+            raise CouldNotRunError(f"stopped by {stop} before the verdict") from None
