@@ -4,7 +4,7 @@ VENV   ?= .venv
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.hybridserve-cpu
 
-.PHONY: demo test bench-plan clean
+.PHONY: demo test bench-plan bench-transfer clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,8 +16,12 @@ $(STAMP): pyproject.toml
 	$(PIP) uninstall -q -y torchaudio torchcodec || true
 	touch $(STAMP)
 
+# The main job on the embedded default: launch P/D with the tiny model and send requests through the proxy,
+# then validate one plain sync server against P/D with async scheduling (verdict and exit code).
 demo: $(STAMP)
-	$(VENV)/bin/hybridserve plan -m all --tp 1 --tp 8 --prompt-len 8192 --memory h200
+	VENV=$(VENV) scripts/demo.sh
+	mkdir -p runs
+	$(VENV)/bin/hybridserve validate --junit runs/validate.xml
 
 test: $(STAMP)
 	$(VENV)/bin/pytest -q tests
@@ -27,6 +31,10 @@ bench-plan:
 	$(PYTHON) -m venv .venv-plan
 	.venv-plan/bin/pip install -q .
 	.venv-plan/bin/python benchmarks/plan_grid.py
+
+bench-transfer: $(STAMP)
+	$(VENV)/bin/python benchmarks/transfer_dram_1gib.py
+	$(VENV)/bin/python benchmarks/transfer_bench.py --memory dram --out benchmarks/results
 
 clean:
 	rm -rf $(VENV) .venv-plan build *.egg-info
