@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from hybridserve.cli import plan
-from hybridserve.cli import tune, verify
-from hybridserve.cli import launch
-from hybridserve.cli import validate
-from hybridserve.cli import transfer
+from hybridserve.cli import launch, plan, transfer, tune, validate, verify
 from hybridserve.cli.guard import guarded
 
 app = typer.Typer(
@@ -18,7 +14,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-
 
 
 @app.callback()
