@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
@@ -68,7 +69,6 @@ def command(
     for name in names:
         spec = load_model(name)
         if model_dtype is not None:
-            from dataclasses import replace
             spec = replace(spec, dtype=model_dtype)
         for size in tp:
             layout = LayoutRequest(model=spec, tp=size, backend=backend, block_size=block_size,
