@@ -1,10 +1,11 @@
 """validate end to end against fake OpenAI-compatible servers (FastAPI + uvicorn in this process).
 
-The fake "model" answers the synthetic recall prompts correctly and can be told to diverge: wrong words with a
+The fake "model" answers the synthetic prompts correctly and can be told to diverge: wrong words with a
 clear margin (a regression), wrong words at a near-tie (forgiven), or shifted logprobs (drift).
 """
 
 import socket
+from collections import Counter
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -29,15 +30,14 @@ def fake_app(mode: str):
 
     @api.post("/v1/completions")
     def completions(body: dict):
-        words = body["prompt"].split()
-        at = words.index(words[-1])
-        if mode == "error" and int(words[-1][1:]) % 2 == 0:  # like vLLM on NaN logprobs
+        words = body["prompt"].split()[:-1]
+        markers = [t for t in words if t.startswith("S")]
+        is_even = int(words[0][1:]) % 2 == 0  # about half of the prompts (the first token is a word or a marker)
+        if mode == "error" and is_even:  # like vLLM on NaN logprobs
             raise fastapi.HTTPException(400, "Out of range float values are not JSON compliant")
-        section = next(t for t in reversed(words[:at]) if t.startswith("S"))
-        last = next(t for t in reversed(words[:-2]) if t.startswith("S"))
-        tokens = ([section, last] + ["."] * 16)[: body["max_tokens"]]
+        tokens = ([Counter(markers).most_common(1)[0][0], markers[-1]] + ["."] * 16)[: body["max_tokens"]]
         logprobs, gaps = [-0.01] * len(tokens), [4.0] * len(tokens)
-        if int(words[-1][1:]) % 2 == 0:  # half of the prompts
+        if is_even:
             if mode == "diverge":
                 tokens = ["S99"] + tokens[1:]
             if mode == "flat":  # right, but the best two tokens were nearly tied at the first position

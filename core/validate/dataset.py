@@ -1,4 +1,5 @@
-"""Validation datasets: the built-in synthetic recall task, or a user JSONL file of {"prompt", "answer"} lines.
+"""Validation datasets: the built-in synthetic majority-marker task, or a user JSONL file of {"prompt", "answer"}
+lines.
 
 Answers are graded by exact match. A gsm8k-style answer ("... #### 72") is graded on the number after '####',
 and the model's number is read the same way (lm-eval's strict match); any other answer is graded on the first
@@ -61,10 +62,10 @@ def is_correct(example: Example, completion: str) -> bool | None:
     return completion.split()[: len(want)] == want
 
 
-# Prompt length in words for plain 'synthetic': 100-160 words are 500-800 tokens with launch's tiny byte-level
-# BPE model (>= 2 attention blocks, inside its 2048-token context); 'synthetic:520-760' suits the word-level
-# tokenizer the training script builds (one token per word).
-DEFAULT_SYNTHETIC_WORDS = (100, 160)
+# Prompt length in words for plain 'synthetic': the range the recall model was trained on (520-760 words are as
+# many tokens with its word-level tokenizer: more than two 256-token attention blocks). Launch's random-weight model
+# has a byte-level BPE tokenizer (about 5 tokens per word): 'synthetic:100-160' gives it 500-800 tokens.
+DEFAULT_SYNTHETIC_WORDS = (synthetic.MIN_PROMPT_WORDS, synthetic.MAX_PROMPT_WORDS)
 
 
 def _synthetic_words(spec: str) -> tuple[int, int]:
