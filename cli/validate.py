@@ -20,7 +20,7 @@ def command(
                                           "validate starts: single-sync, single-async, pd-async, pd-sync.")] = "single-sync",
     candidate: Annotated[str, typer.Option(help="Same choices as --baseline.")] = "pd-async",
     dataset: Annotated[str, typer.Option(help="'synthetic' or 'synthetic:MIN-MAX' (words per prompt; the built-in "
-                                         "section-recall task) or a JSONL file of {\"prompt\", \"answer\"} "
+                                         "majority-marker task) or a JSONL file of {\"prompt\", \"answer\"} "
                                          "lines.")] = "synthetic",
     num_prompts: Annotated[Optional[int], typer.Option(help="Prompts to use (synthetic: default 64).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic prompts.")] = 0,
@@ -56,7 +56,7 @@ def command(
 
     Examples:
 
-      hybridserve validate                                   # single-sync vs pd-async, tiny model, 64 prompts
+      hybridserve validate                                   # single-sync vs pd-async, trained model, 64 prompts
 
       hybridserve validate --candidate pd-sync --junit validate.xml
 
@@ -64,9 +64,14 @@ def command(
     """
     from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, resolve_thresholds, validate
     from hybridserve.core.validate.client import RequestSettings
+    from hybridserve.core.validate.deployments import is_random_model
+    from hybridserve.core.validate.thresholds import Thresholds
     from hybridserve.core.vllm_plugin.faults import parse_fault
 
-    limits = resolve_thresholds(thresholds, base=_base_thresholds(model, baseline, candidate), overrides={
+    base = Thresholds()
+    if not (baseline.startswith("http") and candidate.startswith("http")) and is_random_model(model):
+        base, dataset = _random_model_defaults(dataset)
+    limits = resolve_thresholds(thresholds, base=base, overrides={
         "max_accuracy_drop": max_accuracy_drop, "min_candidate_accuracy": min_candidate_accuracy,
         "min_token_agreement": min_token_agreement, "max_logprob_drift": max_logprob_drift,
         "near_tie_tolerance": near_tie_tolerance, "max_failed_requests": max_failed_requests})
@@ -88,19 +93,15 @@ def command(
         raise CheckFailedError(report.verdict.summary)
 
 
-def _base_thresholds(model, baseline: str, candidate: str):  # noqa: ANN001, ANN202
-    """Launch's tiny model has random weights: loosened limits (RANDOM_WEIGHTS says why) when validate starts it."""
-    from hybridserve.core.topology import TINY_MODEL_DIR
-    from hybridserve.core.validate.deployments import default_model
-    from hybridserve.core.validate.thresholds import RANDOM_WEIGHTS, Thresholds
+def _random_model_defaults(dataset: str):  # noqa: ANN202
+    """Launch's random-weight model: loosened limits for flat logits (RANDOM_WEIGHTS says why) and shorter prompts."""
+    from hybridserve.core.validate.deployments import RANDOM_MODEL_SYNTHETIC
+    from hybridserve.core.validate.thresholds import RANDOM_WEIGHTS
 
-    started = not (baseline.startswith("http") and candidate.startswith("http"))
-    is_random = (model or default_model()).resolve() == TINY_MODEL_DIR.resolve()
-    if started and is_random:
-        err_console.print("model: launch's tiny Qwen3.5 (random weights): limits loosened for flat logits "
-                          "(near-tie 0.05, agreement >= 0.8, drift <= 0.04)", highlight=False)
-        return RANDOM_WEIGHTS
-    return Thresholds()
+    dataset = RANDOM_MODEL_SYNTHETIC if dataset == "synthetic" else dataset
+    err_console.print("model: launch's tiny Qwen3.5 (random weights): limits loosened for flat logits "
+                      f"(near-tie 0.05, agreement >= 0.8, drift <= 0.04); dataset {dataset}", highlight=False)
+    return RANDOM_WEIGHTS, dataset
 
 
 def _positive(value: int, flag: str) -> int:

@@ -71,6 +71,18 @@ def default_model() -> Path:
     return RECALL_MODEL_DIR if (RECALL_MODEL_DIR / "config.json").is_file() else TINY_MODEL_DIR
 
 
+# Launch's random-weight model has a byte-level BPE tokenizer (about 5 tokens per synthetic word): 100-160 words are
+# 500-800 tokens, more than two 256-token blocks and inside its 2048-token context (520-760 words would not fit).
+RANDOM_MODEL_SYNTHETIC = "synthetic:100-160"
+
+
+def is_random_model(model: Path | None) -> bool:
+    """Whether `model` (None: the default) is launch's tiny model with random weights rather than the trained one."""
+    from hybridserve.core.topology import TINY_MODEL_DIR
+
+    return (model or default_model()).resolve() == TINY_MODEL_DIR.resolve()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Deployment:
     url: str  # where prompts go (the proxy for P/D)
