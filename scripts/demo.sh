@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's first command: set up the cpu extra in .venv, start `hybridserve launch --role all` with the
-# shipped tiny Qwen3.5 (prefill on core 0, decode on the last core, proxy on :8000), send a few requests
-# through the proxy, print what came back, stop everything.
+# shipped trained tiny Qwen3.5 (profiles/tiny-qwen3.5-recall; prefill on core 0, decode on the last core, proxy on
+# :8000), send a few of validate's held-out prompts through the proxy, print the answers next to the right ones,
+# stop everything. `make demo` then runs `hybridserve validate` (it starts its own servers).
 #
 #   scripts/demo.sh            # from the repository root; VENV=.venv PORT=8000 to change
 set -euo pipefail
@@ -21,7 +22,7 @@ fi
 
 RUN=$(mktemp -d)
 echo "== hybridserve launch --role all (logs under $RUN)"
-setsid "$VENV/bin/hybridserve" launch --role all --base-port "$PORT" --run-dir "$RUN" --json >"$RUN/endpoints.json" \
+setsid "$VENV/bin/hybridserve" launch --role all --model profiles/tiny-qwen3.5-recall --base-port "$PORT" --run-dir "$RUN" --json >"$RUN/endpoints.json" \
   2>"$RUN/launch.err" &
 LAUNCHER=$!
 trap 'kill -TERM $LAUNCHER 2>/dev/null; wait $LAUNCHER 2>/dev/null || true' EXIT
@@ -35,18 +36,24 @@ cat "$RUN/endpoints.json"
 
 "$PY" - "$PORT" <<'PYEOF'
 import json, sys, httpx
+from hybridserve.core.validate.synthetic import make_examples
 url = f"http://127.0.0.1:{sys.argv[1]}"
 model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-print(f"== model: {model}")
-for prompt in ["hello world, this is", "Prefill and decode run on different servers;"]:
-    r = httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": prompt, "max_tokens": 16,
+print(f"== model: {model}; task: the most frequent section marker of a 520-760 word prompt, then the last one")
+examples = make_examples(seed=2026, num_examples=4)
+for ex in examples[:3]:
+    r = httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": ex.prompt_text, "max_tokens": 8,
                                                   "temperature": 0}, timeout=60).json()
-    print(f"== /v1/completions {prompt!r} -> {r['choices'][0]['text']!r}")
-chat = {"model": model, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 12, "stream": True}
+    words = ex.prompt_text.split()
+    print(f"== /v1/completions '{' '.join(words[:4])} ... {' '.join(words[-4:])}' ({len(words)} tokens) -> "
+          f"{r['choices'][0]['text']!r}, right answer {ex.answer_text!r}")
+chat = {"model": model, "messages": [{"role": "user", "content": examples[3].prompt_text}], "max_tokens": 8,
+        "stream": True}
 with httpx.stream("POST", f"{url}/v1/chat/completions", json=chat, timeout=60) as s:
     events = [line[6:] for line in s.iter_lines() if line.startswith("data: ")]
 text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or "" for e in events if e != "[DONE]")
-print(f"== /v1/chat/completions (stream, {len(events)} events, last {events[-1]}) -> {text!r}")
+print(f"== /v1/chat/completions (stream, {len(events)} events, last {events[-1]}) -> {text!r}, "
+      f"right answer {examples[3].answer_text!r}")
 print("== proxy metrics:")
 print("\n".join(l for l in httpx.get(f"{url}/metrics").text.splitlines() if l.startswith("hybridserve_proxy_req")))
 PYEOF
