@@ -1,12 +1,13 @@
 """The built-in synthetic task: which section marker occurs most often in a long prompt, and which came last.
 
 A prompt is 520-760 distinct words (w000..w999) with 3-6 kinds of section marker (S00..S15) scattered through it,
-then `?`. One marker kind occurs 2-4 times more often than any other. The answer is two markers: the most frequent
-one, then the prompt's last marker. The majority is a count over the whole prompt, so every one of vLLM's attention
-blocks (256 tokens on CPU for the tiny model) holds part of the evidence; the last marker is what a Gated DeltaNet
-state carries to the end of the prompt. A count is used rather than a point lookup because a tiny model learns it
-in minutes on two CPU cores, where lookups ("which section held word w") stayed near chance for thousands of steps.
-Training (scripts/train_tiny_model.py) and the dataset loader use this one definition.
+then `?`. One marker kind occurs 2-4 more times than any other. The answer is two markers: the most frequent one,
+then the prompt's last marker. The majority is a count over the whole prompt: the markers are spread across vLLM's
+attention blocks (256 tokens on CPU for the tiny model), so a lost or corrupted block changes the evidence; the
+last marker is what a Gated DeltaNet state carries to the end of the prompt. A count is used rather than a point
+lookup because a tiny model learns it in minutes on two CPU cores, where lookups ("which section held word w")
+stayed at chance or far below 95 % for 360-1,500 steps (BENCHMARKS.md, Validate). Training
+(scripts/train_tiny_model.py) and the dataset loader use this one definition.
 """
 
 from __future__ import annotations
