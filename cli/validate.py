@@ -68,17 +68,18 @@ def command(
     from hybridserve.core.validate.thresholds import Thresholds
     from hybridserve.core.vllm_plugin.faults import parse_fault
 
+    targets = (parse_target(baseline, what="baseline"),
+               parse_target(candidate, what="candidate", fault=parse_fault(fault)))
     base = Thresholds()
-    if not (baseline.startswith("http") and candidate.startswith("http")) and is_random_model(model):
+    if any(t.config is not None for t in targets) and is_random_model(model):  # validate starts that model
         base, dataset = _random_model_defaults(dataset)
     limits = resolve_thresholds(thresholds, base=base, overrides={
         "max_accuracy_drop": max_accuracy_drop, "min_candidate_accuracy": min_candidate_accuracy,
         "min_token_agreement": min_token_agreement, "max_logprob_drift": max_logprob_drift,
         "near_tie_tolerance": near_tie_tolerance, "max_failed_requests": max_failed_requests})
     request = ValidateRequest(
-        baseline=parse_target(baseline, what="baseline"),
-        candidate=parse_target(candidate, what="candidate", fault=parse_fault(fault)),
-        dataset=load_dataset(dataset, num_prompts=num_prompts, seed=seed), thresholds=limits,
+        baseline=targets[0], candidate=targets[1], dataset=load_dataset(dataset, num_prompts=num_prompts, seed=seed),
+        thresholds=limits,
         settings=RequestSettings(max_tokens=_positive(max_tokens, "--max-tokens"), timeout_s=timeout,
                                  concurrency=_positive(concurrency, "--concurrency"), ignore_eos=ignore_eos,
                                  model=served_model),
