@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from hybridserve.core.dtypes import DType
-from hybridserve.core.profiles import load_model
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.model.profiles import load_model
 from hybridserve.kernels import registry
 from hybridserve.kernels.backend import KnobSetting, knob_label
 from hybridserve.kernels.backend_fused import FusedTritonBackend, default_knobs

@@ -50,7 +50,7 @@ def main() -> int:
 
     import hybridserve.cli.tune as tune_cli
     import hybridserve.cli.verify as verify_cli
-    from hybridserve.core.profiles import load_model
+    from hybridserve.core.model.profiles import load_model
     from hybridserve.kernels import registry
     from hybridserve.kernels.cases import case_matrix
     from hybridserve.kernels.verify import run_verify

@@ -15,8 +15,8 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from hybridserve.core.dtypes import DType
-from hybridserve.core.profiles import load_model
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.model.profiles import load_model
 from hybridserve.transfer.bench import BenchRequest, Memory, run_bench
 from hybridserve.transfer.report import write_png
 

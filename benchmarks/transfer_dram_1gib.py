@@ -11,12 +11,12 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from hybridserve.core.descriptors import Scheme
-from hybridserve.core.dtypes import DType
-from hybridserve.core.layout import LayoutRequest
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.plan import PlanRequest, make_plan
-from hybridserve.core.profiles import load_model
+from hybridserve.core.layout.descriptors import Scheme
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.layout.rank_layout import LayoutRequest
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.layout.plan import PlanRequest, make_plan
+from hybridserve.core.model.profiles import load_model
 from hybridserve.transfer.blocks import Allocation, BlockPool, allocate, blocks_per_group
 from hybridserve.transfer.cluster import Cluster
 

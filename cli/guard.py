@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from hybridserve.cli.console import err_console
-from hybridserve.core.errors import HybridserveError
+from hybridserve.core.common.errors import HybridserveError
 
 
 def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:

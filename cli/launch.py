@@ -10,10 +10,10 @@ import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
 from hybridserve.cli.options import JsonOpt
-from hybridserve.core.dtypes import DType
-from hybridserve.core.launch import LaunchPlan, Role
-from hybridserve.core.launch_request import LaunchRequest, prepare_launch
-from hybridserve.core.topology import Device, EngineOptions
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.launch.plan import LaunchPlan, Role
+from hybridserve.core.launch.request import LaunchRequest, prepare_launch
+from hybridserve.core.launch.topology import Device, EngineOptions
 
 
 def command(
@@ -83,7 +83,7 @@ def render_dry_run(plan: LaunchPlan) -> None:
 def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> None:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from hybridserve.core.process_run import Stop, new_run_dir, started, stop_on_signals, wait_until_stopped
+    from hybridserve.core.launch.runner import Stop, new_run_dir, started, stop_on_signals, wait_until_stopped
 
     run_dir = new_run_dir(run_root.resolve(), plan.role.value)
     err_console.print(f"run folder: {run_dir}", highlight=False)

@@ -10,14 +10,14 @@ import typer
 from hybridserve.cli.console import print_json
 from hybridserve.cli.options import DtypeOpt, JsonOpt, YamlOpt
 from hybridserve.cli.plan_render import render_plans
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.capacity import MemoryBudget
-from hybridserve.core.dtypes import parse_optional
-from hybridserve.core.errors import InputError
-from hybridserve.core.layout import LayoutRequest
-from hybridserve.core.plan import PlanRequest, make_plan
-from hybridserve.core.plan_report import plan_dict
-from hybridserve.core.profiles import device_memory_bytes, load_model, model_profile_names
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.layout.capacity import MemoryBudget
+from hybridserve.core.model.dtypes import parse_optional
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.layout.rank_layout import LayoutRequest
+from hybridserve.core.layout.plan import PlanRequest, make_plan
+from hybridserve.core.layout.plan_report import plan_dict
+from hybridserve.core.model.profiles import device_memory_bytes, load_model, model_profile_names
 
 
 def command(

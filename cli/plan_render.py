@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.table import Table
 
 from hybridserve.cli.console import out_console
-from hybridserve.core.layout import RankLayout
-from hybridserve.core.plan import Plan
+from hybridserve.core.layout.rank_layout import RankLayout
+from hybridserve.core.layout.plan import Plan
 
 
 def _b(n: int | None) -> str:

@@ -10,7 +10,7 @@ import typer
 from hybridserve.cli.console import err_console, out_console, print_json
 from hybridserve.cli.guard import guarded
 from hybridserve.cli.options import JsonOpt, ModelOpt
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
 
 app = typer.Typer(help="NIXL transfer of KV cache and GDN state between local rank processes.",
                   no_args_is_help=True, add_completion=False)
@@ -49,10 +49,10 @@ def bench(
 
       hybridserve transfer bench -m qwen3.5-397b-a17b --memory vram --png transfer.png
     """
-    from hybridserve.core.attention_backend import AttentionBackend
-    from hybridserve.core.descriptors import Scheme
-    from hybridserve.core.dtypes import parse_optional
-    from hybridserve.core.profiles import load_model
+    from hybridserve.core.layout.attention_backend import AttentionBackend
+    from hybridserve.core.layout.descriptors import Scheme
+    from hybridserve.core.model.dtypes import parse_optional
+    from hybridserve.core.model.profiles import load_model
     from hybridserve.transfer.bench import BenchRequest, Memory, num_steps, run_bench
 
     picked = _choice(scheme, ("vllm", "ours", "both"), "--scheme")

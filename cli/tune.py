@@ -41,9 +41,9 @@ def command(
     """
     import torch
 
-    from hybridserve.core.dtypes import DType
-    from hybridserve.core.errors import InputError
-    from hybridserve.core.profiles import load_model
+    from hybridserve.core.model.dtypes import DType
+    from hybridserve.core.common.errors import InputError
+    from hybridserve.core.model.profiles import load_model
     from hybridserve.kernels import registry
     from hybridserve.kernels.grid import (CPU_DEFAULT_SHAPES, DEFAULT_SHAPES, parse_shape, shapes_from_lengths,
                                           split_trailing)

@@ -10,7 +10,7 @@ import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
 from hybridserve.cli.options import JsonOpt
-from hybridserve.core.errors import CheckFailedError
+from hybridserve.core.common.errors import CheckFailedError
 
 Limit = Optional[float]
 
@@ -66,7 +66,7 @@ def command(
     from hybridserve.core.validate.client import RequestSettings
     from hybridserve.core.validate.deployments import is_random_model
     from hybridserve.core.validate.thresholds import Thresholds
-    from hybridserve.core.vllm_plugin.faults import parse_fault
+    from hybridserve.core.common.fault_kind import parse_fault
 
     targets = (parse_target(baseline, what="baseline"),
                parse_target(candidate, what="candidate", fault=parse_fault(fault)))
@@ -106,7 +106,7 @@ def _random_model_defaults(dataset: str):  # noqa: ANN202
 
 
 def _positive(value: int, flag: str) -> int:
-    from hybridserve.core.errors import InputError
+    from hybridserve.core.common.errors import InputError
 
     if value < 1:
         raise InputError(f"{flag} {value}: must be at least 1")
@@ -127,8 +127,8 @@ def _run_with_progress(request):  # noqa: ANN001, ANN202
                 tasks[phase] = progress.add_task(f"{phase} (starting / sending)", total=total)
             progress.update(tasks[phase], completed=done, description=phase)
 
-        from hybridserve.core.errors import CouldNotRunError
-        from hybridserve.core.process_run import Stop, stop_on_signals
+        from hybridserve.core.common.errors import CouldNotRunError
+        from hybridserve.core.launch.runner import Stop, stop_on_signals
 
         try:
             with stop_on_signals():  # SIGTERM/SIGHUP unwind like Ctrl-C: started servers are stopped

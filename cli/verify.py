@@ -33,9 +33,9 @@ def command(
       hybridserve verify
       hybridserve verify --backend torch --backend vllm-cpu --model qwen3.5-0.8b --tp 1 2 --head-dim 64 --json
     """
-    from hybridserve.core.dtypes import DType
-    from hybridserve.core.errors import InputError
-    from hybridserve.core.profiles import load_model
+    from hybridserve.core.model.dtypes import DType
+    from hybridserve.core.common.errors import InputError
+    from hybridserve.core.model.profiles import load_model
     from hybridserve.kernels import registry
     from hybridserve.kernels.cases import case_matrix
     from hybridserve.kernels.verify import count_steps, require_pass, run_verify

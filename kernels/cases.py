@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridserve.core.errors import InputError
-from hybridserve.core.spec import ModelSpec
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.model.spec import ModelSpec
 from hybridserve.kernels.inputs import GdnShape
 
 # Lengths that are not multiples of the 64-token chunk, an empty sequence inside a batch, a ragged batch.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from hybridserve.core.errors import CouldNotRunError, InputError
+from hybridserve.core.common.errors import CouldNotRunError, InputError
 from hybridserve.kernels import registry
 from hybridserve.kernels.tuned_profile import Choice, TunedEntry, TunedProfile, read_profile
 

@@ -7,7 +7,8 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.common.arith import cdiv
 
 _SHAPE = re.compile(r"^\s*(\d+)\s*[xX]\s*(\d+)\s*$")
 
@@ -74,7 +75,7 @@ def shapes_from_lengths(path: Path, *, max_batch_tokens: int = 32768) -> list[Ba
     cuts = statistics.quantiles(lengths, n=100, method="inclusive") if len(lengths) > 1 else [lengths[0]] * 99
 
     def up(n: float) -> int:
-        return max(256, -(-int(n) // 256) * 256)
+        return max(256, cdiv(int(n), 256) * 256)
 
     singles = {up(cuts[49]), up(cuts[89]), up(cuts[98])}
     p50 = up(cuts[49])

@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from hybridserve.core.errors import MissingExtraError
+from hybridserve.core.common.errors import MissingExtraError
 from hybridserve.kernels.tuned_profile import TunedProfile
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
 from hybridserve.kernels.backend import Backend
 from hybridserve.kernels.backend_fla import FlaBackend
 from hybridserve.kernels.backend_flashinfer import FlashInferBackend

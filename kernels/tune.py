@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hybridserve.core.dtypes import DType
-from hybridserve.core.spec import ModelSpec
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.model.spec import ModelSpec
 from hybridserve.kernels import naive
 from hybridserve.kernels.backend import Backend
 from hybridserve.kernels.cases import VerifyCase, model_heads

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
 from hybridserve.kernels.backend import KnobSetting, knob_label
 
 SCHEMA = "hybridserve.tuned-gdn-prefill/1"

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import torch
 
-from hybridserve.core.dtypes import DType
-from hybridserve.core.errors import CheckFailedError, CouldNotRunError
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.common.errors import CheckFailedError, CouldNotRunError
 from hybridserve.kernels import naive
 from hybridserve.kernels.backend import Backend, KnobSetting, knob_label
 from hybridserve.kernels.cases import VerifyCase

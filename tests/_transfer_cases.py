@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import ctypes
 
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.dtypes import DType
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.model.dtypes import DType
 from dataclasses import replace
 
-from hybridserve.core.layout import LayoutRequest, plan_layout
-from hybridserve.core.plan import PlanRequest, make_plan
-from hybridserve.core.profiles import load_model
+from hybridserve.core.layout.rank_layout import LayoutRequest, plan_layout
+from hybridserve.core.layout.plan import PlanRequest, make_plan
+from hybridserve.core.model.profiles import load_model
 from hybridserve.transfer.blocks import blocks_per_group
 
 # (model, prefill TP, decode TP)

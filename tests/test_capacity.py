@@ -2,11 +2,12 @@
 
 import pytest
 
-from hybridserve.core.capacity import MemoryBudget, estimate_weights_bytes, plan_capacity
-from hybridserve.core.dtypes import DType
-from hybridserve.core.errors import InputError
-from hybridserve.core.layout import LayoutRequest, plan_layout
-from hybridserve.core.profiles import load_model
+from hybridserve.core.layout.capacity import MemoryBudget, estimate_weights_bytes, plan_capacity
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.layout.rank_layout import LayoutRequest, plan_layout
+from hybridserve.core.model.profiles import load_model
+from hybridserve.core.common.arith import cdiv
 
 
 @pytest.mark.parametrize("name, billions", [("qwen3.5-397b-a17b", 397), ("qwen3.5-27b", 27), ("qwen3.5-9b", 9),
@@ -23,7 +24,7 @@ def test_blocks_and_requests_follow_vllm_arithmetic():
     available = 5 * 2**30 - 2**30
     assert cap.num_blocks == available // layout.page_size_bytes // 6
     # one request of 4096 tokens: cdiv(4096, B) attention blocks + one state block in each of 3 GDN groups
-    per_request = -(-4096 // layout.block_size) + 3
+    per_request = cdiv(4096, layout.block_size) + 3
     assert cap.blocks_per_request(layout, 4096) == per_request
     assert cap.max_requests(layout, 4096) == cap.num_blocks // per_request
 

@@ -2,11 +2,12 @@
 
 import pytest
 
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.descriptors import Scheme, transfer_cost
-from hybridserve.core.dtypes import DType
-from hybridserve.core.layout import LayoutRequest, plan_layout
-from hybridserve.core.profiles import load_model
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.layout.descriptors import Scheme, transfer_cost
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.layout.rank_layout import LayoutRequest, plan_layout
+from hybridserve.core.model.profiles import load_model
+from hybridserve.core.common.arith import cdiv
 
 FA, FI = AttentionBackend.FLASH_ATTN, AttentionBackend.FLASHINFER
 
@@ -46,7 +47,7 @@ def test_padding_never_moves_and_ours_trims_the_last_block():
     c_ours = cost("qwen3.5-397b-a17b", Scheme.OURS, 8192, backend=FI, ssm_dtype=DType.BFLOAT16)
     assert c_vllm.gdn_bytes == c_ours.gdn_bytes == 45 * (73_728 + 2_097_152)
     assert c_vllm.attention_bytes == 15 * 8 * 1072 * 2048
-    assert c_ours.attention_bytes == 15 * -(-8191 // 16) * 16 * 2048
+    assert c_ours.attention_bytes == 15 * cdiv(8191, 16) * 16 * 2048
 
 
 def test_fragmentation_grows_ours_with_runs_not_tokens():

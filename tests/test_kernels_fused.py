@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from hybridserve.core.dtypes import DType
+from hybridserve.core.model.dtypes import DType
 from hybridserve.kernels import naive
 from hybridserve.kernels.backend_fused import FusedTritonBackend, default_knobs
 from hybridserve.kernels.cases import case_matrix

@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
-from hybridserve.core.errors import CouldNotRunError, InputError
+from hybridserve.core.common.errors import CouldNotRunError, InputError
 from hybridserve.kernels import naive, registry
 from hybridserve.kernels.backend_torch import TorchBackend
 from hybridserve.kernels.dispatch import Dispatch

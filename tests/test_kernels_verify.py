@@ -9,9 +9,9 @@ import torch
 from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
-from hybridserve.core.dtypes import DType
-from hybridserve.core.errors import CheckFailedError, CouldNotRunError
-from hybridserve.core.profiles import load_model
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.common.errors import CheckFailedError, CouldNotRunError
+from hybridserve.core.model.profiles import load_model
 from hybridserve.kernels import chunk_torch, registry
 from hybridserve.kernels.backend import Capabilities, Support
 from hybridserve.kernels.backend_torch import TorchBackend

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
-from hybridserve.core.errors import InputError
-from hybridserve.core.launch import Role, make_launch_plan
-from hybridserve.core.topology import TINY_MODEL_DIR, Device
-from hybridserve.core.topology_file import load_topology
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.plan import Role, make_launch_plan
+from hybridserve.core.launch.topology import TINY_MODEL_DIR, Device
+from hybridserve.core.launch.topology_file import load_topology
 from hybridserve.core.vllm_plugin import torchvision_shim
 
 runner = CliRunner()
@@ -155,6 +155,6 @@ def load_topology_text(text: str):
 @pytest.mark.parametrize("cores,tp,expected", [((0,), 1, "0"), ((0, 1, 2, 3), 2, "0,1|2,3"), ((0, 1, 2), 2, "0|1"),
                                                ((5,), 2, "5|5")])
 def test_cpu_cores_are_split_per_tp_rank(cores, tp, expected):
-    from hybridserve.core.launch_engine import omp_threads_bind
+    from hybridserve.core.launch.engine_command import omp_threads_bind
 
     assert omp_threads_bind(cores, tp) == expected

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from hybridserve.core.errors import CouldNotRunError
-from hybridserve.core.launch import Role, RoleCommand
-from hybridserve.core.process import start_role, stop_roles
-from hybridserve.core.process_health import wait_healthy
+from hybridserve.core.common.errors import CouldNotRunError
+from hybridserve.core.launch.plan import Role, RoleCommand
+from hybridserve.core.launch.process import start_role, stop_roles
+from hybridserve.core.launch.health import wait_healthy
 
 # A role that starts a grandchild in its own group and ignores SIGTERM: only a group SIGKILL ends both.
 STUBBORN = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

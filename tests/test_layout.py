@@ -4,12 +4,13 @@ from dataclasses import replace
 
 import pytest
 
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.dtypes import DType
-from hybridserve.core.errors import InputError
-from hybridserve.core.layout import LayoutRequest, plan_layout
-from hybridserve.core.profiles import load_model
-from hybridserve.core.spec import LayerKind
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.common.arith import cdiv
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.layout.rank_layout import LayoutRequest, plan_layout
+from hybridserve.core.model.profiles import load_model
+from hybridserve.core.model.spec import LayerKind
 
 FA, FI, TRITON = AttentionBackend.FLASH_ATTN, AttentionBackend.FLASHINFER, AttentionBackend.TRITON
 BF16, FP32 = DType.BFLOAT16, DType.FLOAT32
@@ -35,7 +36,7 @@ def test_397b_bf16_ssm_flash_attn_block_and_page():
 def test_397b_default_fp32_ssm_block():
     lay = layout("qwen3.5-397b-a17b", backend=FA)
     assert lay.dtypes.ssm is FP32  # from the config's mamba_ssm_dtype
-    assert lay.block_size == 16 * -(-(73_728 + 4_194_304) // (16 * 2048)) == 2096
+    assert lay.block_size == 16 * cdiv(73_728 + 4_194_304, 16 * 2048) == 2096
     assert lay.kernel_block_size == 16  # fp32 state: FLASH_ATTN drops to 16/32/64; 2096 = 131 x 16
 
 
@@ -59,7 +60,7 @@ def test_kv_heads_replicate_beyond_tp():
     lay = layout("qwen3.5-397b-a17b", tp=8, ssm_dtype=BF16)
     assert lay.attention.num_kv_heads == 1 and lay.attention.bytes_per_token == 1024
     assert lay.gdn.conv_state_bytes == 12288 // 8 * 3 * 2 == 9216
-    assert lay.block_size == 16 * -(-(9216 + 8 * 128 * 128 * 2) // (16 * 1024)) == 272
+    assert lay.block_size == 16 * cdiv(9216 + 8 * 128 * 128 * 2, 16 * 1024) == 272
 
 
 def test_user_block_size_is_only_raised():
@@ -118,7 +119,7 @@ def test_model_dtype_override_changes_auto_cache_dtypes():
 
 
 def test_cpu_attention_backend_defaults_to_128_token_blocks_in_multiples_of_32():
-    from hybridserve.core.profiles import PROFILES_DIR
+    from hybridserve.core.model.profiles import PROFILES_DIR
 
     tiny = plan_layout(LayoutRequest(model=load_model(str(PROFILES_DIR / "tiny-qwen3.5")),
                                      backend=AttentionBackend.CPU_ATTN, ssm_dtype=FP32))

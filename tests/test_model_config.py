@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridserve.core.errors import InputError
-from hybridserve.core.layout import LayoutRequest, plan_layout
-from hybridserve.core.model_config import spec_from_config
-from hybridserve.core.profiles import MODELS_DIR, load_model, model_profile_names
-from hybridserve.core.spec import LayerKind
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.layout.rank_layout import LayoutRequest, plan_layout
+from hybridserve.core.model.model_config import spec_from_config
+from hybridserve.core.model.profiles import MODELS_DIR, load_model, model_profile_names
+from hybridserve.core.model.spec import LayerKind
 
 # issue 2 facts: layers / hidden / attention heads / KV heads / GDN value heads
 FACTS = {

@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from hybridserve.cli import plan as plan_cli
 from hybridserve.cli.app import app
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.dtypes import DType
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.model.dtypes import DType
 
 runner = CliRunner()
 

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from hybridserve.core.proxy.app import create_app
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.routing import EndpointPool
-from hybridserve.core.topology import RoutingPolicy
+from hybridserve.core.launch.topology import RoutingPolicy
 
 P1, P2, D1, D2 = "http://p1:1", "http://p2:1", "http://d1:1", "http://d2:1"
 KV = {"do_remote_prefill": True, "remote_engine_id": "e", "remote_block_ids": [[1], [2], [3], [4]]}

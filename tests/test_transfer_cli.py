@@ -8,9 +8,9 @@ import pytest
 from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.descriptors import Scheme
-from hybridserve.core.dtypes import DType
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.layout.descriptors import Scheme
+from hybridserve.core.model.dtypes import DType
 from hybridserve.transfer import bench as bench_module
 from hybridserve.transfer.bench import BenchResult, BenchRow, Memory
 
@@ -58,7 +58,7 @@ def test_bad_choices_are_refused_in_one_line_with_exit_2(calls, args, word):
 
 
 def test_unequal_block_sizes_are_refused_naming_the_block_size_to_use():
-    from hybridserve.core.profiles import load_model
+    from hybridserve.core.model.profiles import load_model
     from hybridserve.transfer.bench import BenchRequest, run_bench
 
     with pytest.raises(Exception, match="--block-size 1072"):

@@ -13,8 +13,8 @@ pytest.importorskip("torch")
 
 from _transfer_cases import TP_CASES, case_id, move_in_process, plan_for, pool_size, prompt_for
 
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.descriptors import Scheme, transfer_cost
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.layout.descriptors import Scheme, transfer_cost
 from hybridserve.transfer import descriptors_ours, descriptors_vllm
 from hybridserve.transfer.blocks import Allocation, BlockPool, allocate
 from hybridserve.transfer.geometry import runs

@@ -14,9 +14,9 @@ pytest.importorskip("nixl")
 
 from _transfer_cases import plan_for, pool_size, prompt_for
 
-from hybridserve.core.descriptors import Scheme
-from hybridserve.core.dtypes import DType
-from hybridserve.core.layout import plan_layout
+from hybridserve.core.layout.descriptors import Scheme
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.layout.rank_layout import plan_layout
 from hybridserve.transfer.blocks import Allocation, BlockPool, allocate
 from hybridserve.transfer.cluster import PREFILL_SEED, Cluster
 from hybridserve.transfer.errors import DescriptorRangeError, IncompatiblePeerError, TransferError, TransferTimeout

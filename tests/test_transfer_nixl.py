@@ -11,7 +11,7 @@ pytest.importorskip("nixl")
 
 from _transfer_cases import TP_CASES, case_id, plan_for, pool_size, prompt_for
 
-from hybridserve.core.descriptors import Scheme, transfer_cost
+from hybridserve.core.layout.descriptors import Scheme, transfer_cost
 from hybridserve.transfer.blocks import Allocation, BlockPool, allocate
 from hybridserve.transfer.cluster import Cluster
 from hybridserve.transfer.geometry import runs

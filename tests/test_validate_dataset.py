@@ -5,7 +5,7 @@ from collections import Counter
 
 import pytest
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
 from hybridserve.core.validate import synthetic
 from hybridserve.core.validate.dataset import (DEFAULT_SYNTHETIC_WORDS, AnswerKind, gsm8k_number, is_correct,
                                                 load_dataset)
@@ -105,7 +105,7 @@ def test_thresholds_yaml_then_flags(tmp_path):
 
 
 def test_the_committed_trained_model_is_the_default_and_matches_the_task():
-    from hybridserve.core.topology import TINY_MODEL_DIR
+    from hybridserve.core.launch.topology import TINY_MODEL_DIR
     from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, default_model, is_random_model
 
     assert default_model() == RECALL_MODEL_DIR and not is_random_model(None) and is_random_model(TINY_MODEL_DIR)

@@ -4,7 +4,7 @@ import types
 
 import pytest
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
 from hybridserve.core.vllm_plugin import faults
 
 
@@ -51,7 +51,7 @@ def make_worker_class():
 
 def test_parse_fault():
     assert faults.parse_fault(None) is None and faults.parse_fault(" ") is None
-    assert faults.parse_fault("Early-Completion") == "early_completion"
+    assert faults.parse_fault("Early-Completion") is faults.FaultKind.EARLY_COMPLETION
     with pytest.raises(InputError, match="zero_after_transfer"):
         faults.parse_fault("melt")
 

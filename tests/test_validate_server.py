@@ -17,7 +17,7 @@ fastapi = pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 
 from hybridserve.cli.app import app  # noqa: E402
-from hybridserve.core.errors import CouldNotRunError  # noqa: E402
+from hybridserve.core.common.errors import CouldNotRunError  # noqa: E402
 from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate  # noqa: E402
 
 

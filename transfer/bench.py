@@ -13,13 +13,13 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.descriptors import Scheme, transfer_cost
-from hybridserve.core.dtypes import DType
-from hybridserve.core.errors import CheckFailedError, InputError, MissingExtraError
-from hybridserve.core.layout import LayoutRequest
-from hybridserve.core.plan import PlanRequest, make_plan
-from hybridserve.core.spec import ModelSpec
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.layout.descriptors import Scheme, transfer_cost
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.common.errors import CheckFailedError, InputError, MissingExtraError
+from hybridserve.core.layout.rank_layout import LayoutRequest
+from hybridserve.core.layout.plan import PlanRequest, make_plan
+from hybridserve.core.model.spec import ModelSpec
 from hybridserve.transfer.blocks import Allocation, BlockPool, allocate, blocks_per_group
 from hybridserve.transfer.cluster import Cluster
 from hybridserve.transfer.geometry import runs
@@ -57,7 +57,7 @@ class BenchRow:
     num_descriptors: int  # per decode rank, rows (a strided row counts once)
     num_elements: int  # per decode rank, what the transfers carry after NIXL expands strided rows
     num_merged: int | None  # per decode rank, after NIXL merged adjacent elements (telemetry)
-    predicted_descriptors: int  # core.descriptors.transfer_cost for this request's runs
+    predicted_descriptors: int  # core.layout.descriptors.transfer_cost for this request's runs
     num_bytes: int  # all decode ranks
     prepare_ms: float
     post_ms: float

@@ -10,9 +10,9 @@ from __future__ import annotations
 import enum
 import random
 
-from hybridserve.core.descriptors import blocks_kept, moved_tokens
-from hybridserve.core.errors import InputError
-from hybridserve.core.layout import RankLayout
+from hybridserve.core.layout.descriptors import blocks_kept, moved_tokens
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.layout.rank_layout import RankLayout
 from hybridserve.transfer.geometry import RequestBlocks
 
 

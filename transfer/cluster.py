@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridserve.core.descriptors import Scheme
-from hybridserve.core.plan import Plan
+from hybridserve.core.layout.descriptors import Scheme
+from hybridserve.core.layout.plan import Plan
 from hybridserve.transfer.geometry import RequestBlocks, read_ranks
 from hybridserve.transfer.rank import RankGroup, RankProcess
 from hybridserve.transfer.regions import prefill_seed

@@ -10,7 +10,7 @@ never moves); under heterogeneous TP three rows: Q and K rows (equal length, one
 
 from __future__ import annotations
 
-from hybridserve.core.spec import LayerKind
+from hybridserve.core.model.spec import LayerKind
 from hybridserve.transfer.descriptors_vllm import gdn_pieces
 from hybridserve.transfer.dlist import ReadDescriptors, RowBuilder
 from hybridserve.transfer.geometry import RequestBlocks, Side, kernel_blocks_moved, kv_heads, overlap, read_ranks, runs

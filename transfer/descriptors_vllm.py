@@ -10,7 +10,7 @@ Order as vLLM's descriptor ids: attention region-major (tensor, K/V, block), the
 
 from __future__ import annotations
 
-from hybridserve.core.spec import LayerKind
+from hybridserve.core.model.spec import LayerKind
 from hybridserve.transfer.dlist import ReadDescriptors, RowBuilder
 from hybridserve.transfer.geometry import RequestBlocks, Side, kv_heads, overlap, read_ranks, share
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hybridserve.core.errors import CouldNotRunError, InputError
+from hybridserve.core.common.errors import CouldNotRunError, InputError
 
 
 class TransferError(CouldNotRunError):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridserve.core.descriptors import moved_tokens
-from hybridserve.core.layout import RankLayout
+from hybridserve.core.layout.descriptors import moved_tokens
+from hybridserve.core.layout.rank_layout import RankLayout
+from hybridserve.core.common.arith import cdiv
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,4 +106,4 @@ def kernel_blocks_moved(layout: RankLayout, prompt_tokens: int, num_blocks: int,
         return [ppl] * num_blocks
     tokens = moved_tokens(layout, prompt_tokens)
     last = tokens - (num_blocks - 1) * layout.block_size
-    return [ppl] * (num_blocks - 1) + [-(-last // layout.kernel_block_size)] if num_blocks else []
+    return [ppl] * (num_blocks - 1) + [cdiv(last, layout.kernel_block_size)] if num_blocks else []

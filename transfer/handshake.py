@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridserve.core.layout import RankLayout
+from hybridserve.core.layout.rank_layout import RankLayout
 from hybridserve.transfer.errors import IncompatiblePeerError, TransferError, TransferTimeout
 
 CONV_LAYOUT = "DS"  # VLLM_SSM_CONV_STATE_LAYOUT=DS: vLLM's hybrid P/D asserts it

@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any
 
-from hybridserve.core.errors import CouldNotRunError
+from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.transfer.errors import TransferError, TransferTimeout
 
 _PRELOAD = ["torch", "numpy", "hybridserve.transfer.workers"]

@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hybridserve.core.layout import RankLayout
+from hybridserve.core.layout.rank_layout import RankLayout
 from hybridserve.transfer.geometry import Side
+from hybridserve.core.common.arith import cdiv
 
 _MULT = 0x9E3779B1
 _SALT = 0x632BE5AB
@@ -71,7 +72,7 @@ def advise_huge_pages(address: int, num_bytes: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
     huge = 2 << 20
-    start = -(-address // huge) * huge
+    start = cdiv(address, huge) * huge
     end = (address + num_bytes) // huge * huge
     if end <= start:
         return False

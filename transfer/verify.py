@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hybridserve.core.layout import RankLayout
-from hybridserve.core.spec import LayerKind
+from hybridserve.core.layout.rank_layout import RankLayout
+from hybridserve.core.model.spec import LayerKind
 from hybridserve.transfer.geometry import RequestBlocks, kernel_blocks_moved, kv_heads
 from hybridserve.transfer.regions import Regions, pattern
 

@@ -6,8 +6,8 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from hybridserve.core.descriptors import Scheme
-from hybridserve.core.layout import RankLayout
+from hybridserve.core.layout.descriptors import Scheme
+from hybridserve.core.layout.rank_layout import RankLayout
 from hybridserve.transfer import descriptors_ours, descriptors_vllm
 from hybridserve.transfer.agent import DEFAULT_PROGRESS_DELAY_US, Agent
 from hybridserve.transfer.errors import TransferError

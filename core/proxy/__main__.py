@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hybridserve.core.proxy.config import ProxyConfig
-from hybridserve.core.topology import RoutingPolicy
+from hybridserve.core.launch.topology import RoutingPolicy
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:

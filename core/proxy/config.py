@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridserve.core.topology import RoutingPolicy
+from hybridserve.core.launch.topology import RoutingPolicy
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,7 +6,7 @@ import contextlib
 import itertools
 from collections.abc import Iterator
 
-from hybridserve.core.topology import RoutingPolicy
+from hybridserve.core.launch.topology import RoutingPolicy
 
 
 class EndpointPool:

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from hybridserve.core.errors import CouldNotRunError, MissingExtraError
+from hybridserve.core.common.errors import CouldNotRunError, MissingExtraError
 
 NUM_TOP_LOGPROBS = 2  # enough to tell a near-tie: the gap between the best and the second-best token
 

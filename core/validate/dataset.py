@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
 from hybridserve.core.validate import synthetic
 
 SYNTHETIC = "synthetic"

@@ -1,6 +1,6 @@
 """Validation targets: a URL that is already serving, or a launch configuration that validate starts itself.
 
-Named configurations (each started through `hybridserve.core.launch`, never through the CLI):
+Named configurations (each started through `hybridserve.core.launch.plan`, never through the CLI):
 - `single-sync` (default baseline): one plain vLLM server, sync scheduling.
 - `single-async`: the same server with async scheduling.
 - `pd-async` (default candidate): prefill + decode over NixlConnector + the project's proxy, async scheduling.
@@ -17,10 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hybridserve import profiles as _profiles_pkg
-from hybridserve.core.errors import CouldNotRunError, InputError
+from hybridserve.core.common.errors import CouldNotRunError, InputError
 
 RECALL_MODEL_DIR = Path(_profiles_pkg.__file__).parent / "tiny-qwen3.5-recall"
-from hybridserve.core.vllm_plugin.faults import FAULT_ENV  # read by the plugin in the decode server
+from hybridserve.core.common.fault_kind import FAULT_ENV, FaultKind  # FAULT_ENV: read by the plugin in the decode server
 
 
 class Config(enum.Enum):
@@ -45,10 +45,10 @@ class Target:
     label: str
     url: str | None = None
     config: Config | None = None
-    fault: str | None = None  # armed in the decode server (P/D configurations only)
+    fault: FaultKind | None = None  # armed in the decode server (P/D configurations only)
 
 
-def parse_target(text: str, *, what: str, fault: str | None = None) -> Target:
+def parse_target(text: str, *, what: str, fault: FaultKind | None = None) -> Target:
     text = text.strip()
     if text.startswith(("http://", "https://")):
         if fault is not None:
@@ -58,7 +58,7 @@ def parse_target(text: str, *, what: str, fault: str | None = None) -> Target:
         if config.value == text.lower():
             if fault is not None and not config.is_pd:
                 raise InputError(f"--{what} {text}: faults need a P/D configuration (pd-async or pd-sync)")
-            label = config.value if fault is None else f"{config.value} + fault {fault}"
+            label = config.value if fault is None else f"{config.value} + fault {fault.value}"
             return Target(label=label, config=config, fault=fault)
     names = ", ".join(c.value for c in Config)
     raise InputError(f"--{what} {text!r}: accepted: an http(s):// URL or one of {names}")
@@ -66,7 +66,7 @@ def parse_target(text: str, *, what: str, fault: str | None = None) -> Target:
 
 def default_model() -> Path:
     """The trained recall model when it is there, else launch's tiny model."""
-    from hybridserve.core.topology import TINY_MODEL_DIR
+    from hybridserve.core.launch.topology import TINY_MODEL_DIR
 
     return RECALL_MODEL_DIR if (RECALL_MODEL_DIR / "config.json").is_file() else TINY_MODEL_DIR
 
@@ -78,7 +78,7 @@ RANDOM_MODEL_SYNTHETIC = "synthetic:100-160"
 
 def is_random_model(model: Path | None) -> bool:
     """Whether `model` (None: the default) is launch's tiny model with random weights rather than the trained one."""
-    from hybridserve.core.topology import TINY_MODEL_DIR
+    from hybridserve.core.launch.topology import TINY_MODEL_DIR
 
     return (model or default_model()).resolve() == TINY_MODEL_DIR.resolve()
 
@@ -90,29 +90,23 @@ class Deployment:
     engine_logs: tuple[Path, ...]
 
 
-def _topology(config: Config, model: Path, base_port: int, num_cores: int, fault: str | None):
-    from hybridserve.core.topology import EngineOptions, local_topology
+def _topology(config: Config, model: Path, base_port: int, num_cores: int, fault: FaultKind | None):
+    from hybridserve.core.launch.topology import EngineOptions, local_topology
 
     engine = EngineOptions(is_async_scheduling=config.is_async)
     topology = local_topology(model=model, engine=engine, num_cores=num_cores, base_port=base_port)
     if fault is None:
         return topology
-    decode = tuple(replace(d, env=(*d.env, (FAULT_ENV, fault))) for d in topology.decode)
+    decode = tuple(replace(d, env=(*d.env, (FAULT_ENV, fault.value))) for d in topology.decode)
     return replace(topology, decode=decode)
 
 
 def _plan(config: Config, topology):  # noqa: ANN001, ANN202
     """P/D: launch's `all` plan. Single: launch's decode command without its KV connector, on all cores."""
-    from hybridserve.core.launch import Role, make_launch_plan
-    from hybridserve.core.preflight import preflight
+    from hybridserve.core.launch.plan import Role, make_launch_plan
+    from hybridserve.core.launch.preflight import preflight
 
-    plan = make_launch_plan(topology, Role.ALL if config.is_pd else Role.DECODE)
-    if not config.is_pd:
-        command = plan.commands[0]
-        argv = list(command.argv)
-        at = argv.index("--kv-transfer-config")
-        del argv[at : at + 2]
-        plan = replace(plan, commands=(replace(command, name="single-0", argv=tuple(argv)),))
+    plan = make_launch_plan(topology, Role.ALL if config.is_pd else Role.SINGLE)
     preflight(plan)
     return plan
 
@@ -124,14 +118,14 @@ def deployed(target: Target, *, model: Path, base_port: int, run_root: Path, num
     if target.url is not None:
         yield Deployment(url=target.url, run_dir=None, engine_logs=())
         return
-    from hybridserve.core.process_run import new_run_dir, started
+    from hybridserve.core.launch.runner import new_run_dir, started
 
     assert target.config is not None
     plan = _plan(target.config, _topology(target.config, model, base_port, num_cores, target.fault))
     run_dir = new_run_dir(run_root, target.config.value)
     with started(plan, run_dir, timeout_s=timeout_s, on_progress=on_progress):
         front = plan.commands[-1]  # the proxy for P/D, the server itself for single
-        logs = tuple(run_dir / f"{c.name}.log" for c in plan.commands if c.side_channel_port is not None)
+        logs = tuple(run_dir / f"{c.name}.log" for c in plan.commands if c.role.is_engine)
         yield Deployment(url=front.url, run_dir=run_dir, engine_logs=logs)
 
 

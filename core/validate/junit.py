@@ -7,7 +7,7 @@ import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
 from hybridserve.core.validate.verdict import Verdict
 
 

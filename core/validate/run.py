@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybridserve.core.errors import CouldNotRunError
+from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.validate.client import Completion, RequestSettings, complete_all
 from hybridserve.core.validate.dataset import Dataset
 from hybridserve.core.validate.deployments import Target, check_scheduling, deployed

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,31 +19,14 @@ import os
 from types import ModuleType
 from typing import Any
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.common.fault_kind import FAULT_ENV, FaultKind, parse_fault
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 
-FAULT_ENV = "HYBRIDSERVE_FAULT"
 NIXL_PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
 LATE_STEPS = 6  # worker steps; the first decode steps of the request run before the bytes land
 _SHARED_REGION = -1  # vLLM's _SHARED_REGION_GROUP_ID: one tensor region used by layers of several groups
-
-
-class FaultKind(enum.Enum):
-    EARLY_COMPLETION = "early_completion"
-    ZERO_AFTER_TRANSFER = "zero_after_transfer"
-    STALE_STATE = "stale_state"
-
-
-def parse_fault(text: str | None) -> str | None:
-    """Validate a fault name at the edge; None stays None (no fault)."""
-    if text is None or not text.strip():
-        return None
-    key = text.strip().lower().replace("-", "_")
-    for kind in FaultKind:
-        if kind.value == key:
-            return kind.value
-    raise InputError(f"--fault {text}: accepted: {', '.join(k.value for k in FaultKind)}")
 
 
 class _DeferringNixl:
@@ -180,8 +163,8 @@ def install_from_env() -> None:
     if not text:
         return
     try:
-        kind = FaultKind(parse_fault(text))
-    except (InputError, ValueError):
+        kind = parse_fault(text)
+    except InputError:
         logger.warning("hybridserve: %s=%r is not a fault kind; nothing armed", FAULT_ENV, text)
         return
     after_import(NIXL_PULL_WORKER_MODULE, lambda module: patch_worker_module(module, kind))

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.cache_spec import AttentionSpec, GdnStateSpec
-from hybridserve.core.dtypes import DType
-from hybridserve.core.errors import InputError
-from hybridserve.core.groups import GroupLayout, group_layers
-from hybridserve.core.spec import LayerKind, ModelSpec
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.layout.cache_spec import AttentionSpec, GdnStateSpec
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.common.arith import cdiv
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.layout.groups import GroupLayout, group_layers
+from hybridserve.core.model.spec import LayerKind, ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +110,7 @@ def _unified_block_size(request: LayoutRequest, attention: AttentionSpec, gdn: G
     if gdn is None:
         return user
     align = max(request.backend.min_kernel_block_size, user)
-    needed = align * -(-gdn.real_page_size_bytes // (align * attention.bytes_per_token))
+    needed = align * cdiv(gdn.real_page_size_bytes, align * attention.bytes_per_token)
     return max(user, needed)
 
 

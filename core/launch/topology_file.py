@@ -20,9 +20,9 @@ from typing import Any
 
 import yaml
 
-from hybridserve.core.dtypes import DType
-from hybridserve.core.errors import InputError
-from hybridserve.core.topology import (
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.topology import (
     TINY_MODEL_DIR, Device, EngineInstance, EngineOptions, ProxyInstance, RoutingPolicy, Topology,
 )
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from hybridserve.core.groups import KVCacheGroup
-from hybridserve.core.layout import RankLayout
-from hybridserve.core.spec import LayerKind
+from hybridserve.core.layout.groups import KVCacheGroup
+from hybridserve.core.layout.rank_layout import RankLayout
+from hybridserve.core.model.spec import LayerKind
+from hybridserve.core.common.arith import cdiv
 
 VLLM_DESCRIPTORS_PER_GDN_STATE = 4  # Q, K, V conv sub-projections + SSM (vLLM _build_mamba_local)
 
@@ -59,9 +60,9 @@ def moved_tokens(layout: RankLayout, prompt_tokens: int) -> int:
 
 def blocks_kept(layout: RankLayout, group: KVCacheGroup, num_tokens: int) -> int:
     """Logical blocks a group holds for a prompt; a sliding-window group keeps cdiv(window, B) + 1."""
-    num_blocks = -(-num_tokens // layout.block_size)
+    num_blocks = cdiv(num_tokens, layout.block_size)
     if group.kind is LayerKind.SLIDING_ATTENTION and layout.attention.sliding_window is not None:
-        return min(num_blocks, -(-layout.attention.sliding_window // layout.block_size) + 1)
+        return min(num_blocks, cdiv(layout.attention.sliding_window, layout.block_size) + 1)
     return num_blocks
 
 
@@ -100,7 +101,7 @@ def transfer_cost(prefill: RankLayout, decode: RankLayout, prompt_tokens: int, s
 def _kernel_blocks_holding(layout: RankLayout, group: KVCacheGroup, tokens: int, kept: int) -> int:
     """Ours moves only the kernel blocks that hold tokens (the tail of the last logical block stays)."""
     if group.kind is LayerKind.FULL_ATTENTION:
-        return -(-tokens // layout.kernel_block_size)
+        return cdiv(tokens, layout.kernel_block_size)
     return kept * layout.kernel_blocks_per_block
 
 

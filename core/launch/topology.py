@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybridserve import profiles as _profiles_pkg
-from hybridserve.core.dtypes import DType
-from hybridserve.core.errors import InputError
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.common.choices import parse_choice
+from hybridserve.core.common.nixl_delay import DEFAULT_PROGRESS_DELAY_US
+from hybridserve.core.common.errors import InputError
 
 TINY_MODEL_DIR = Path(_profiles_pkg.__file__).parent / "tiny-qwen3.5"
 DEFAULT_HOST = "127.0.0.1"
@@ -25,10 +27,7 @@ class Device(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> Device:
-        for member in cls:
-            if member.value == str(text).strip().lower():
-                return member
-        raise InputError(f"--device {text}: accepted: {', '.join(m.value for m in cls)}")
+        return parse_choice(cls, text, what="--device")
 
 
 class RoutingPolicy(enum.Enum):
@@ -37,11 +36,7 @@ class RoutingPolicy(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> RoutingPolicy:
-        key = str(text).strip().lower().replace("-", "_")
-        for member in cls:
-            if member.value == key:
-                return member
-        raise InputError(f"proxy policy {text}: accepted: {', '.join(m.value for m in cls)}")
+        return parse_choice(cls, text, what="proxy policy")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,7 +53,7 @@ class EngineOptions:
     cpu_kv_cache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE
     gdn_prefill_backend: str | None = None  # --gdn-prefill-backend, e.g. from a tuned profile
     is_plugin_fixes: bool = True  # NIXL progress delay + compute threads kept on assigned cores (CPU)
-    nixl_progress_delay_us: int = 1000
+    nixl_progress_delay_us: int = DEFAULT_PROGRESS_DELAY_US
     seed: int = 0
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridserve.core.descriptors import blocks_kept
-from hybridserve.core.errors import InputError
-from hybridserve.core.layout import RankLayout
-from hybridserve.core.spec import LayerKind, ModelSpec
+from hybridserve.core.layout.descriptors import blocks_kept
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.layout.rank_layout import RankLayout
+from hybridserve.core.model.spec import LayerKind, ModelSpec
 
 
 @dataclass(frozen=True, kw_only=True)

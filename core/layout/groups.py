@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridserve.core.spec import LayerKind, ModelSpec
+from hybridserve.core.model.spec import LayerKind, ModelSpec
+from hybridserve.core.common.arith import cdiv
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +52,6 @@ def group_layers(model: ModelSpec, *, hybrid_allocator: bool = True) -> GroupLay
     group_size = largest if largest < 1.5 * smallest else smallest
     groups: list[KVCacheGroup] = []
     for kind, layers in buckets.items():
-        num_groups = -(-len(layers) // group_size)
+        num_groups = cdiv(len(layers), group_size)
         groups.extend(KVCacheGroup(kind=kind, layers=tuple(layers[i::num_groups])) for i in range(num_groups))
     return GroupLayout(groups=tuple(groups), group_size=group_size)

@@ -9,9 +9,9 @@ from pathlib import Path
 import yaml
 
 from hybridserve import profiles as _profiles_pkg
-from hybridserve.core.errors import InputError
-from hybridserve.core.model_config import spec_from_config
-from hybridserve.core.spec import ModelSpec
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.model.model_config import spec_from_config
+from hybridserve.core.model.spec import ModelSpec
 
 PROFILES_DIR = Path(_profiles_pkg.__file__).parent
 MODELS_DIR = PROFILES_DIR / "models"

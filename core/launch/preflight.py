@@ -11,10 +11,10 @@ import importlib.util
 import socket
 from collections.abc import Callable
 
-from hybridserve.core.errors import InputError, MissingExtraError
-from hybridserve.core.launch import LaunchPlan, Role, RoleCommand
-from hybridserve.core.launch_engine import CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT
-from hybridserve.core.topology import Device
+from hybridserve.core.common.errors import InputError, MissingExtraError
+from hybridserve.core.launch.plan import LaunchPlan, Role, RoleCommand
+from hybridserve.core.launch.engine_command import CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT
+from hybridserve.core.launch.topology import Device
 
 # (module, purpose) each role needs; the extra to install depends on the device.
 _ENGINE_MODULES = (("vllm", "the prefill/decode servers"), ("nixl", "the KV + GDN state transfer"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hybridserve.core.launch_layout import InstanceCache
-from hybridserve.core.topology import Device, EngineInstance, Topology
+from hybridserve.core.launch.instance_cache import InstanceCache
+from hybridserve.core.launch.topology import Device, EngineInstance, Topology
 from hybridserve.core.vllm_plugin import settings as plugin_settings
 from hybridserve.core.vllm_plugin import startup as plugin_startup
 
@@ -50,8 +50,9 @@ def engine_argv(python: str, role: str, topology: Topology, instance: EngineInst
         "--max-model-len", str(engine.max_model_len),
         "--max-num-seqs", str(engine.max_num_seqs),
         "--seed", str(engine.seed),
-        "--kv-transfer-config", json.dumps(kv_transfer_config(role, topology), separators=(",", ":")),
     ]
+    if role in KV_ROLES:  # a single server ("single") runs without a KV connector
+        argv += ["--kv-transfer-config", json.dumps(kv_transfer_config(role, topology), separators=(",", ":"))]
     if topology.device is Device.CPU:
         argv.append("--enforce-eager")  # torch.compile warm-up costs ~40 s on CPU for no gain on tiny models
     if engine.gdn_prefill_backend:

@@ -10,11 +10,12 @@ import enum
 import sys
 from dataclasses import dataclass
 
-from hybridserve.core.errors import InputError
-from hybridserve.core.launch_engine import engine_argv, engine_env
-from hybridserve.core.launch_layout import InstanceCache, instance_cache
-from hybridserve.core.profiles import load_model
-from hybridserve.core.topology import EngineInstance, Topology
+from hybridserve.core.common.choices import parse_choice
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.engine_command import engine_argv, engine_env
+from hybridserve.core.launch.instance_cache import InstanceCache, instance_cache
+from hybridserve.core.model.profiles import load_model
+from hybridserve.core.launch.topology import EngineInstance, Topology
 
 PROXY_MODULE = "hybridserve.core.proxy"
 
@@ -23,14 +24,17 @@ class Role(enum.Enum):
     PREFILL = "prefill"
     DECODE = "decode"
     PROXY = "proxy"
-    ALL = "all"
+    ALL = "all"  # prefill + decode + proxy
+    SINGLE = "single"  # one plain vLLM server, no KV connector (validate's baseline)
+
+    @property
+    def is_engine(self) -> bool:
+        """Whether a command of this role is a vLLM server (its log shows the engine, its ports include NIXL's)."""
+        return self in (Role.PREFILL, Role.DECODE, Role.SINGLE)
 
     @classmethod
     def parse(cls, text: str) -> Role:
-        for member in cls:
-            if member.value == str(text).strip().lower():
-                return member
-        raise InputError(f"--role {text}: accepted: {', '.join(m.value for m in cls)}")
+        return parse_choice(cls, text, what="--role")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +69,7 @@ def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None
                      python: str | None = None) -> LaunchPlan:
     python = python or sys.executable
     model = load_model(str(topology.model))
-    engines = _engines(topology)
+    engines = _single_engine(topology) if role is Role.SINGLE else _engines(topology)
     caches = tuple((name, _cache(name, model, topology, inst)) for name, _, inst in engines)
     cache_of = dict(caches)
     commands = [
@@ -73,7 +77,7 @@ def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None
                     env=engine_env(topology, inst), host=inst.host, port=inst.port,
                     side_channel_port=inst.side_channel_port, cache=cache_of[name])
         for name, kind, inst in engines
-        if role is Role.ALL or (role.value == kind and index in (None, int(name.rsplit("-", 1)[1])))
+        if role in (Role.ALL, Role.SINGLE) or (role.value == kind and index in (None, int(name.rsplit("-", 1)[1])))
     ]
     if role in (Role.ALL, Role.PROXY):
         commands.append(proxy_command(python, topology))
@@ -99,6 +103,11 @@ def proxy_command(python: str, topology: Topology) -> RoleCommand:
 def _engines(topology: Topology) -> list[tuple[str, str, EngineInstance]]:
     return ([(f"prefill-{i}", "prefill", inst) for i, inst in enumerate(topology.prefill)]
             + [(f"decode-{i}", "decode", inst) for i, inst in enumerate(topology.decode)])
+
+
+def _single_engine(topology: Topology) -> list[tuple[str, str, EngineInstance]]:
+    """The first decode instance's place and settings, served alone (the decode side is the one that generates)."""
+    return [("single-0", "single", topology.decode[0])]
 
 
 def _cache(name: str, model, topology: Topology, inst: EngineInstance) -> InstanceCache:  # noqa: ANN001

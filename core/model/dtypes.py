@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.errors import InputError
 
 
 class DType(enum.Enum):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridserve.core.descriptors import TransferCost
-from hybridserve.core.layout import RankLayout
-from hybridserve.core.plan import Plan
+from hybridserve.core.layout.descriptors import TransferCost
+from hybridserve.core.layout.rank_layout import RankLayout
+from hybridserve.core.layout.plan import Plan
 
 
 def layout_dict(layout: RankLayout) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridserve.core.dtypes import DType
+from hybridserve.core.model.dtypes import DType
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hybridserve.core.launch import LaunchPlan
-from hybridserve.core.process import RunningRole, start_role, stop_roles
-from hybridserve.core.process_health import ProgressCallback, wait_healthy
+from hybridserve.core.launch.plan import LaunchPlan
+from hybridserve.core.launch.process import RunningRole, start_role, stop_roles
+from hybridserve.core.launch.health import ProgressCallback, wait_healthy
 
 
 def new_run_dir(root: Path, role: str) -> Path:
@@ -33,8 +33,8 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_plan(plan, run_dir)
     try:
-        engines = [c for c in plan.commands if c.side_channel_port is not None]
-        others = [c for c in plan.commands if c.side_channel_port is None]
+        engines = [c for c in plan.commands if c.role.is_engine]
+        others = [c for c in plan.commands if not c.role.is_engine]
         roles += [start_role(c, run_dir) for c in engines]
         wait_healthy(roles, timeout_s=timeout_s, on_progress=on_progress)
         proxies = [start_role(c, run_dir) for c in others]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hybridserve.core.capacity import Capacity, MemoryBudget, plan_capacity
-from hybridserve.core.descriptors import Scheme, TransferCost, transfer_cost
-from hybridserve.core.errors import InputError
-from hybridserve.core.layout import LayoutRequest, RankLayout, plan_layout
+from hybridserve.core.layout.capacity import Capacity, MemoryBudget, plan_capacity
+from hybridserve.core.layout.descriptors import Scheme, TransferCost, transfer_cost
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.layout.rank_layout import LayoutRequest, RankLayout, plan_layout
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,8 +7,8 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 
-from hybridserve.core.errors import CouldNotRunError
-from hybridserve.core.process import RunningRole
+from hybridserve.core.common.errors import CouldNotRunError
+from hybridserve.core.launch.process import RunningRole
 
 ProgressCallback = Callable[[str, bool], None]  # (role name, is_healthy)
 

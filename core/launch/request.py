@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from hybridserve.core.errors import InputError
-from hybridserve.core.launch import LaunchPlan, Role, make_launch_plan
-from hybridserve.core.preflight import check_conv_layout, check_pairs, preflight
-from hybridserve.core.topology import Device, EngineOptions, Topology, local_topology
-from hybridserve.core.topology_file import load_topology
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.plan import LaunchPlan, Role, make_launch_plan
+from hybridserve.core.launch.preflight import check_conv_layout, check_pairs, preflight
+from hybridserve.core.launch.topology import Device, EngineOptions, Topology, local_topology
+from hybridserve.core.launch.topology_file import load_topology
 
 
 @dataclass(frozen=True, kw_only=True)

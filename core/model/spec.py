@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
-from hybridserve.core.dtypes import DType
-from hybridserve.core.errors import InputError
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.common.errors import InputError
 
 # model_type values whose layouts this project knows (vLLM model classes in comments).
 SUPPORTED_MODEL_TYPES = {

@@ -14,8 +14,8 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from hybridserve.core.errors import CouldNotRunError
-from hybridserve.core.launch import RoleCommand
+from hybridserve.core.common.errors import CouldNotRunError
+from hybridserve.core.launch.plan import RoleCommand
 
 
 class RunningRole:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 
-from hybridserve.core.errors import InputError
+from hybridserve.core.common.choices import parse_choice
+from hybridserve.core.common.errors import InputError
 
 # vLLM `select_common_block_size`: when a backend does not take the logical block size itself, the
 # largest of these that divides it becomes the kernel block size.
 _FIXED_KERNEL_BLOCKS = (64, 32, 16)
+_ALIASES = {"fa": "flash_attn", "flash_attention": "flash_attn", "fi": "flashinfer", "triton_attn": "triton",
+            "cpu": "cpu_attn"}
 
 
 class AttentionBackend(enum.Enum):
@@ -19,13 +22,7 @@ class AttentionBackend(enum.Enum):
 
     @classmethod
     def parse(cls, text: str) -> AttentionBackend:
-        key = text.strip().lower().replace("-", "_")
-        key = {"fa": "flash_attn", "flash_attention": "flash_attn", "fi": "flashinfer", "triton_attn": "triton",
-               "cpu": "cpu_attn"}.get(key, key)
-        for member in cls:
-            if member.value == key:
-                return member
-        raise InputError(f"--attention-backend {text}: accepted: {', '.join(m.value for m in cls)}")
+        return parse_choice(cls, text, what="--attention-backend", aliases=_ALIASES)
 
     @property
     def vllm_name(self) -> str:

@@ -1,6 +1,6 @@
 """The cache settings one vLLM instance will end up with: block size, kernel block size and state dtypes.
 
-Computed with the project's vLLM-exact layout (core/layout.py), so prefill and decode can be compared before
+Computed with the project's vLLM-exact layout (core/layout/rank_layout.py), so prefill and decode can be compared before
 anything starts. The logical block size found here is passed to vLLM as `--block-size`: vLLM only ever raises a
 block size to fit the GDN page (`Platform._align_hybrid_block_size`), and the block found already fits, so both
 sides get exactly this value.
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridserve.core.attention_backend import AttentionBackend
-from hybridserve.core.dtypes import DType
-from hybridserve.core.layout import LayoutRequest, plan_layout
-from hybridserve.core.spec import ModelSpec
-from hybridserve.core.topology import Device, EngineInstance, EngineOptions
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.layout.rank_layout import LayoutRequest, plan_layout
+from hybridserve.core.model.spec import ModelSpec
+from hybridserve.core.launch.topology import Device, EngineInstance, EngineOptions
 
 @dataclass(frozen=True, kw_only=True)
 class InstanceCache:

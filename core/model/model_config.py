@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridserve.core.dtypes import DType
-from hybridserve.core.errors import InputError
-from hybridserve.core.spec import (
+from hybridserve.core.model.dtypes import DType
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.model.spec import (
     SUPPORTED_MODEL_TYPES, FeedForwardSpec, GdnSpec, LayerKind, ModelSpec, text_config,
 )
 

@@ -1,0 +1,1 @@
+"""Errors, choice parsing and arithmetic shared by every concept of core."""

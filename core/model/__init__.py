@@ -1,0 +1,1 @@
+"""Model specs: Hugging Face configs and shipped profiles turned into one frozen ModelSpec."""
