@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
+from hybridserve.cli.launch_render import launch_dict, render_dry_run
 from hybridserve.cli.options import JsonOpt
 from hybridserve.core.model.dtypes import DType
 from hybridserve.core.launch.plan import LaunchPlan, Role
@@ -58,26 +59,9 @@ def command(
                             num_cores=os.cpu_count() or 1, is_dry_run=dry_run)
     plan = prepare_launch(request)
     if dry_run:
-        print_json(plan_dict(plan)) if as_json else render_dry_run(plan)
+        print_json(launch_dict(plan)) if as_json else render_dry_run(plan)
         return
     _run(plan, run_dir, timeout, as_json)
-
-
-def plan_dict(plan: LaunchPlan) -> dict:
-    return {"role": plan.role.value, "model": str(plan.topology.model), "commands": [
-        {"name": c.name, "role": c.role.value, "url": c.url, "argv": list(c.argv), "env": dict(c.env),
-         "block_size": c.cache.block_size if c.cache else None,
-         "kernel_block_size": c.cache.kernel_block_size if c.cache else None}
-        for c in plan.commands]}
-
-
-def render_dry_run(plan: LaunchPlan) -> None:
-    import shlex
-
-    for c in plan.commands:
-        out_console.print(f"[bold]# {c.name}[/]  {c.url}", highlight=False)
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env)
-        out_console.print(f"{env} \\\n  {shlex.join(c.argv)}\n", highlight=False, soft_wrap=True, markup=False)
 
 
 def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Annotated, Optional
 
 import typer
@@ -14,7 +13,7 @@ from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.layout.capacity import MemoryBudget
 from hybridserve.core.model.dtypes import parse_optional
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.layout.rank_layout import LayoutRequest
+from hybridserve.core.layout.settings import CacheSettings, layout_request
 from hybridserve.core.layout.plan import PlanRequest, make_plan
 from hybridserve.core.layout.plan_report import plan_dict
 from hybridserve.core.model.profiles import device_memory_bytes, load_model, model_profile_names
@@ -29,7 +28,7 @@ def command(
     kv_cache_dtype: DtypeOpt = "auto",
     mamba_cache_dtype: DtypeOpt = "auto",
     mamba_ssm_cache_dtype: DtypeOpt = "auto",
-    block_size: Annotated[Optional[int], typer.Option(help="vLLM --block-size (default 16).")] = None,
+    block_size: Annotated[Optional[int], typer.Option(help="vLLM --block-size (default: 128 for cpu_attn, else 16).")] = None,
     attention_backend: Annotated[str, typer.Option(help="flash_attn, flashinfer, triton or cpu_attn.")] = "flash_attn",
     num_speculative_tokens: Annotated[int, typer.Option(help="Speculative tokens (MTP).")] = 0,
     prompt_len: Annotated[list[int], typer.Option(help="Prompt length in tokens; repeat it.")] = [1024, 8192, 32768],
@@ -60,20 +59,18 @@ def command(
                               gpu_memory_utilization=gpu_memory_utilization,
                               weights_bytes=None if weights_gib is None else int(weights_gib * 2**30),
                               reserved_bytes=int(reserved_gib * 2**30))
-    backend = AttentionBackend.parse(attention_backend)
-    dtypes = dict(kv_dtype=parse_optional(kv_cache_dtype, what="--kv-cache-dtype"),
-                  conv_dtype=parse_optional(mamba_cache_dtype, what="--mamba-cache-dtype"),
-                  ssm_dtype=parse_optional(mamba_ssm_cache_dtype, what="--mamba-ssm-cache-dtype"))
-    model_dtype = parse_optional(dtype, what="--dtype")
+    settings = CacheSettings(
+        attention_backend=AttentionBackend.parse(attention_backend),
+        model_dtype=parse_optional(dtype, what="--dtype"), block_size=block_size,
+        kv_cache_dtype=parse_optional(kv_cache_dtype, what="--kv-cache-dtype"),
+        mamba_cache_dtype=parse_optional(mamba_cache_dtype, what="--mamba-cache-dtype"),
+        mamba_ssm_cache_dtype=parse_optional(mamba_ssm_cache_dtype, what="--mamba-ssm-cache-dtype"),
+        num_speculative_tokens=num_speculative_tokens, hybrid_allocator=not no_hybrid_allocator)
     plans = []
     for name in names:
         spec = load_model(name)
-        if model_dtype is not None:
-            spec = replace(spec, dtype=model_dtype)
         for size in tp:
-            layout = LayoutRequest(model=spec, tp=size, backend=backend, block_size=block_size,
-                                   num_speculative_tokens=num_speculative_tokens,
-                                   hybrid_allocator=not no_hybrid_allocator, **dtypes)
+            layout = layout_request(spec, size, settings)
             plans.append(make_plan(PlanRequest(layout=layout, decode_tp=decode_tp, prompt_tokens=tuple(prompt_len),
                                                num_runs=runs, budget=budget)))
     if as_json and as_yaml:

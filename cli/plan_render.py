@@ -9,7 +9,7 @@ from hybridserve.core.layout.rank_layout import RankLayout
 from hybridserve.core.layout.plan import Plan
 
 
-def _b(n: int | None) -> str:
+def format_bytes(n: int | None) -> str:
     if n is None:
         return "-"
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
@@ -18,7 +18,7 @@ def _b(n: int | None) -> str:
     return f"{n:,} B"
 
 
-def _layout_rows(layout: RankLayout) -> list[tuple[str, str]]:
+def layout_rows(layout: RankLayout) -> list[tuple[str, str]]:
     gdn = layout.gdn
     groups = ", ".join(f"{g.kind.value}[{len(g.layers)}]" for g in layout.groups.groups)
     return [
@@ -45,13 +45,13 @@ def render_plan(plan: Plan) -> None:
     table.add_column("prefill", justify="right")
     if plan.decode is not plan.prefill:
         table.add_column("decode", justify="right")
-    rows = zip(_layout_rows(plan.prefill), _layout_rows(plan.decode))
+    rows = zip(layout_rows(plan.prefill), layout_rows(plan.decode))
     for (name, p), (_, d) in rows:
         table.add_row(name, p, *([d] if plan.decode is not plan.prefill else []))
     if plan.capacity:
         cap = plan.capacity
-        table.add_row("weights per rank (est.)", _b(cap.weights_bytes))
-        table.add_row("KV cache per rank", _b(cap.kv_cache_bytes))
+        table.add_row("weights per rank (est.)", format_bytes(cap.weights_bytes))
+        table.add_row("KV cache per rank", format_bytes(cap.kv_cache_bytes))
         table.add_row("blocks", f"{cap.num_blocks:,}")
     out_console.print(table)
     out_console.print(_request_table(plan))
@@ -63,7 +63,7 @@ def _request_table(plan: Plan) -> Table:
                 "run)", "NIXL elements ours", "saved", "fit"):
         table.add_column(col, justify="right")
     for r in plan.requests:
-        table.add_row(f"{r.prompt_tokens:,}", str(r.vllm.num_reads), _b(r.vllm.total_bytes), _b(r.ours.total_bytes),
+        table.add_row(f"{r.prompt_tokens:,}", str(r.vllm.num_reads), format_bytes(r.vllm.total_bytes), format_bytes(r.ours.total_bytes),
                       f"{r.vllm.total_descriptors:,}", f"{r.ours.total_descriptors:,}", f"{r.ours.nixl_elements:,}",
                       f"{r.vllm.total_descriptors / max(1, r.ours.total_descriptors):.1f}x",
                       "-" if r.max_requests is None else f"{r.max_requests:,}")
@@ -81,8 +81,8 @@ def render_plans(plans: list[Plan]) -> None:
     for plan in plans:
         for r in plan.requests:
             table.add_row(plan.request.layout.model.name, str(plan.prefill.request.tp), str(plan.prefill.block_size),
-                          str(plan.prefill.kernel_block_size), _b(plan.prefill.page_size_bytes),
+                          str(plan.prefill.kernel_block_size), format_bytes(plan.prefill.page_size_bytes),
                           f"{plan.prefill.padding_percent:.2f}", f"{r.prompt_tokens:,}",
-                          f"{r.vllm.total_descriptors:,}", f"{r.ours.total_descriptors:,}", _b(r.vllm.total_bytes),
+                          f"{r.vllm.total_descriptors:,}", f"{r.ours.total_descriptors:,}", format_bytes(r.vllm.total_bytes),
                           "-" if r.max_requests is None else f"{r.max_requests:,}")
     out_console.print(table)

@@ -48,7 +48,7 @@ def test_refuses_different_kernel_block_size():
     # Same logical block, different kernel block: what broke hetero-TP in vLLM issue #42895.
     plan = make_launch_plan(_topology(), Role.ALL)
     (p_name, p_cache), (d_name, d_cache) = plan.caches
-    plan = replace(plan, caches=((p_name, p_cache), (d_name, replace(d_cache, kernel_block_size=64))))
+    plan = replace(plan, caches=((p_name, p_cache), (d_name, replace(d_cache, layout=replace(d_cache.layout, kernel_block_size=64)))))
     with pytest.raises(InputError, match="kernel block size .* prefill-0 has 256, decode-0 has 64"):
         check_pairs(plan)
 

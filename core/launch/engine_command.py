@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from hybridserve.core.launch.instance_cache import InstanceCache
+from hybridserve.core.layout.settings import CacheSettings
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
 from hybridserve.core.vllm_plugin import settings as plugin_settings
 from hybridserve.core.vllm_plugin import startup as plugin_startup
@@ -31,6 +32,20 @@ def kv_transfer_config(role: str, topology: Topology) -> dict[str, object]:
     }
 
 
+def cache_flags(settings: CacheSettings) -> list[str]:
+    """The layout-deciding flags, from the same CacheSettings the layout was computed from."""
+    flags = ["--block-size", str(settings.block_size)]
+    for flag, value in (("--mamba-ssm-cache-dtype", settings.mamba_ssm_cache_dtype),
+                        ("--mamba-cache-dtype", settings.mamba_cache_dtype),
+                        ("--kv-cache-dtype", settings.kv_cache_dtype)):
+        if value is not None:
+            flags += [flag, value.value]
+    if settings.num_speculative_tokens:
+        spec = {"method": "mtp", "num_speculative_tokens": settings.num_speculative_tokens}
+        flags += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    return flags
+
+
 def engine_argv(python: str, role: str, topology: Topology, instance: EngineInstance,
                 cache: InstanceCache) -> tuple[str, ...]:
     engine = topology.engine
@@ -39,11 +54,9 @@ def engine_argv(python: str, role: str, topology: Topology, instance: EngineInst
         "--model", str(topology.model),
         "--served-model-name", topology.model_name,
         "--host", instance.host, "--port", str(instance.port),
-        "--dtype", "bfloat16",
+        "--dtype", engine.dtype.value,
         "--tensor-parallel-size", str(instance.tp),
-        "--block-size", str(cache.block_size),
-        "--mamba-ssm-cache-dtype", cache.ssm_dtype.value,
-        "--mamba-cache-dtype", cache.conv_dtype.value,
+        *cache_flags(cache.settings),
         "--no-disable-hybrid-kv-cache-manager",
         "--no-enable-prefix-caching",  # SSM prefix caching in P/D is still partial upstream
         "--async-scheduling" if engine.is_async_scheduling else "--no-async-scheduling",
@@ -55,6 +68,8 @@ def engine_argv(python: str, role: str, topology: Topology, instance: EngineInst
         argv += ["--kv-transfer-config", json.dumps(kv_transfer_config(role, topology), separators=(",", ":"))]
     if topology.device is Device.CPU:
         argv.append("--enforce-eager")  # torch.compile warm-up costs ~40 s on CPU for no gain on tiny models
+    if engine.attention_backend is not None:  # else vLLM picks, as cache_settings assumes
+        argv += ["--attention-backend", engine.attention_backend.vllm_name]
     if engine.gdn_prefill_backend:
         argv += ["--gdn-prefill-backend", engine.gdn_prefill_backend]
     return tuple(argv) + instance.extra_args

