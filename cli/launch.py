@@ -11,7 +11,8 @@ import typer
 from hybridserve.cli.console import err_console, out_console, print_json
 from hybridserve.cli.launch_render import launch_dict, render_dry_run
 from hybridserve.cli.options import JsonOpt
-from hybridserve.core.model.dtypes import DType
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
 from hybridserve.core.launch.topology import Device, EngineOptions
@@ -29,6 +30,10 @@ def command(
     block_size: Annotated[Optional[int], typer.Option(help="vLLM --block-size before the GDN raise.")] = None,
     mamba_ssm_cache_dtype: Annotated[str, typer.Option(help="SSM state dtype on P and D.")] = "float32",
     mamba_cache_dtype: Annotated[str, typer.Option(help="Conv state dtype on P and D.")] = "bfloat16",
+    kv_cache_dtype: Annotated[str, typer.Option(help="vLLM --kv-cache-dtype (auto: the model dtype).")] = "auto",
+    attention_backend: Annotated[Optional[str], typer.Option(help="vLLM --attention-backend (default: vLLM's "
+                                                              "choice: cpu_attn on CPU, flash_attn on CUDA).")] = None,
+    num_speculative_tokens: Annotated[int, typer.Option(help="MTP speculative tokens (0: none).")] = 0,
     max_model_len: Annotated[int, typer.Option(help="vLLM --max-model-len.")] = 2048,
     gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend.")] = None,
     plugin_fixes: Annotated[bool, typer.Option(help="CPU: NIXL progress-thread delay and compute threads "
@@ -53,6 +58,9 @@ def command(
         block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
         ssm_dtype=DType.parse(mamba_ssm_cache_dtype, what="--mamba-ssm-cache-dtype"),
         conv_dtype=DType.parse(mamba_cache_dtype, what="--mamba-cache-dtype"),
+        kv_cache_dtype=parse_optional(kv_cache_dtype, what="--kv-cache-dtype"),
+        attention_backend=AttentionBackend.parse(attention_backend) if attention_backend else None,
+        num_speculative_tokens=num_speculative_tokens,
         gdn_prefill_backend=gdn_prefill_backend, is_plugin_fixes=plugin_fixes)
     request = LaunchRequest(role=Role.parse(role), model=model, topology_file=topology, index=index,
                             device=Device.parse(device), engine=engine, base_port=base_port,

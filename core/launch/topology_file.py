@@ -20,7 +20,8 @@ from typing import Any
 
 import yaml
 
-from hybridserve.core.model.dtypes import DType
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.topology import (
     TINY_MODEL_DIR, Device, EngineInstance, EngineOptions, ProxyInstance, RoutingPolicy, Topology,
@@ -56,9 +57,13 @@ def load_topology(path: Path) -> Topology:
 
 def _engine(raw: dict[str, Any], where: str) -> EngineOptions:
     values = _renamed(raw, _ENGINE_KEYS, {f.name for f in fields(EngineOptions)}, where)
-    for key in ("ssm_dtype", "conv_dtype"):
+    for key in ("ssm_dtype", "conv_dtype", "dtype"):
         if key in values:
             values[key] = DType.parse(values[key], what=f"{where}: {key}")
+    if "kv_cache_dtype" in values:
+        values["kv_cache_dtype"] = parse_optional(values["kv_cache_dtype"], what=f"{where}: kv_cache_dtype")
+    if values.get("attention_backend") is not None:
+        values["attention_backend"] = AttentionBackend.parse(str(values["attention_backend"]))
     return EngineOptions(**values)
 
 
