@@ -100,6 +100,76 @@ def test_a_failing_server_is_named(fail, status, role, reason):
     assert f'hybridserve_proxy_requests_total{{outcome="{role}_error"}} 1' in metrics
 
 
+@pytest.mark.parametrize("fail,role,stream", [
+    ({"p1": 400}, "prefill", False), ({"d1": 400}, "decode", False), ({"d1": 422}, "decode", True),
+], ids=["prefill-400", "decode-400", "decode-stream-422"])
+def test_a_role_refusing_the_request_passes_its_4xx_on(fail, role, stream):
+    """A prompt over max_model_len makes vLLM answer 400: the client's mistake, not a server failure (no 502)."""
+    with _client(Servers(fail=fail)) as client:
+        answer = client.post("/v1/completions", json={"prompt": "hi", "stream": stream})
+        metrics = client.get("/metrics").text
+    status = next(iter(fail.values()))
+    assert answer.status_code == status
+    error = answer.json()["error"]
+    assert error["role"] == role and error["code"] == status and error["type"] == "invalid_request_error"
+    assert f"{role} server http://" in error["message"] and f"refused the request: HTTP {status}" in error["message"]
+    assert 'outcome="client_error"} 1' in metrics and "_error\"} 1" not in metrics.replace("client_error", "")
+
+
+def test_a_stream_the_client_abandons_is_counted_as_cancelled():
+    """Drive the ASGI app directly (uvicorn's ASGI 2.3 scope): the client disconnects after the first event."""
+    import asyncio
+
+    async def scenario() -> str:
+        first_sent, release = asyncio.Event(), asyncio.Event()
+
+        class Hanging(httpx.AsyncByteStream):
+            async def __aiter__(self):
+                yield b'data: {"choices":[{"text":"a"}]}\n\n'
+                await release.wait()  # decode keeps generating; the client is gone by then
+                yield b"data: [DONE]\n\n"
+
+        def backend(request: httpx.Request) -> httpx.Response:
+            if request.url.host == "p1":
+                return httpx.Response(200, json={"kv_transfer_params": KV})
+            return httpx.Response(200, stream=Hanging())
+
+        config = ProxyConfig(prefill_urls=(P1,), decode_urls=(D1,), timeout_s=5.0)
+        app = create_app(config, transport=httpx.MockTransport(backend))
+        body = json.dumps({"prompt": "hi", "stream": True}).encode()
+        messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def receive():
+            if messages:
+                return messages.pop()
+            await first_sent.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            if message["type"] == "http.response.body" and message.get("body"):
+                first_sent.set()
+
+        scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": "/v1/completions", "raw_path": b"/v1/completions",
+                 "query_string": b"", "root_path": "", "headers": [(b"content-type", b"application/json")],
+                 "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8000), "app": app}
+        async with app.router.lifespan_context(app):
+            await asyncio.wait_for(app(scope, receive, send), timeout=10)
+            release.set()
+            metrics = {**scope, "method": "GET", "path": "/metrics", "raw_path": b"/metrics"}
+            chunks = []
+
+            async def collect(message):
+                chunks.append(message.get("body", b""))
+
+            await app(metrics, receive, collect)
+        return b"".join(chunks).decode()
+
+    metrics = asyncio.run(scenario())
+    assert 'outcome="cancelled"} 1' in metrics and 'outcome="ok"' not in metrics
+    assert 'hybridserve_proxy_outstanding{role="decode",url="http://d1:1"} 0' in metrics
+
+
 def test_prefill_without_kv_params_is_refused():
     with _client(Servers(prefill_answer={"choices": []})) as client:
         answer = client.post("/v1/completions", json={"prompt": "hi"})

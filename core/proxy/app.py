@@ -54,7 +54,7 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
                 return await _decode_stream(client, decode_pool, path, body, kv_params, headers, metrics)
             answer = await _timed(metrics, "decode", _decode(client, decode_pool, path, body, kv_params, headers))
         except hops.HopError as err:
-            metrics.requests[f"{err.role}_error"] += 1
+            metrics.requests[err.outcome] += 1
             return JSONResponse(err.body(), status_code=err.status)
         metrics.requests["ok"] += 1
         return JSONResponse(answer)
@@ -124,16 +124,17 @@ async def _decode_stream(client: httpx.AsyncClient, pool: EndpointPool, path: st
         text = (await response.aread())[:300].decode(errors="replace")
         await response.aclose()
         pool.outstanding[url] -= 1
-        raise hops.HopError("decode", url, 502, f"HTTP {response.status_code}: {text}")
+        raise hops.status_error("decode", url, response.status_code, text)
 
     async def events():  # noqa: ANN202
-        failed = False
+        failed = finished = False
         try:
             async for chunk in streaming.relay(response, url):
                 failed = failed or chunk.startswith(b"data: {\"error\"")
                 yield chunk
-        finally:
+            finished = True
+        finally:  # a client that goes away cancels this generator: neither ok nor a decode error
             pool.outstanding[url] -= 1
-            metrics.requests["decode_error" if failed else "ok"] += 1
+            metrics.requests["decode_error" if failed else "ok" if finished else "cancelled"] += 1
 
     return StreamingResponse(events(), media_type="text/event-stream")

@@ -16,13 +16,35 @@ PREFILL_KV_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remo
 
 
 class HopError(Exception):
+    """A hop failed. A 4xx is the client's mistake, refused by the role: it is passed on as that 4xx (a client
+    that retries on 5xx must not retry its own mistake); anything else is the role's failure (502/504)."""
+
     def __init__(self, role: str, url: str, status: int, reason: str) -> None:
-        super().__init__(f"{role} server {url} failed: {reason}")
+        verb = "refused the request" if is_client_error(status) else "failed"
+        super().__init__(f"{role} server {url} {verb}: {reason}")
         self.role, self.url, self.status, self.reason = role, url, status, reason
 
+    @property
+    def is_client_error(self) -> bool:
+        return is_client_error(self.status)
+
+    @property
+    def outcome(self) -> str:
+        """The proxy's metrics label: `client_error` for a refused request, else `<role>_error`."""
+        return "client_error" if self.is_client_error else f"{self.role}_error"
+
     def body(self) -> dict[str, Any]:
-        return {"error": {"message": str(self), "type": f"{self.role}_failed", "role": self.role,
-                          "code": self.status}}
+        kind = "invalid_request_error" if self.is_client_error else f"{self.role}_failed"
+        return {"error": {"message": str(self), "type": kind, "role": self.role, "code": self.status}}
+
+
+def is_client_error(status: int) -> bool:
+    return 400 <= status < 500
+
+
+def status_error(role: str, url: str, status: int, text: str) -> HopError:
+    """A non-200 answer: a 4xx keeps its status, a 5xx (or anything else) becomes 502 naming the role."""
+    return HopError(role, url, status if is_client_error(status) else 502, f"HTTP {status}: {text[:300]}")
 
 
 def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -51,7 +73,7 @@ async def post_json(client: httpx.AsyncClient, role: str, url: str, path: str, b
     except httpx.HTTPError as exc:
         raise HopError(role, url, 502, f"{type(exc).__name__}: {exc or 'connection lost'}") from None
     if response.status_code != 200:
-        raise HopError(role, url, 502, f"HTTP {response.status_code}: {response.text[:300]}")
+        raise status_error(role, url, response.status_code, response.text)
     try:
         return response.json()
     except ValueError:
