@@ -10,8 +10,8 @@ from rich.table import Table
 from hybridserve.core.validate.run import ValidationReport
 
 
-def _fmt(value: float | None, digits: int = 4) -> str:
-    return "-" if value is None else f"{value:.{digits}g}"
+def _fmt(value: float | None, digits: int = 4, *, missing: str = "-") -> str:
+    return missing if value is None else f"{value:.{digits}g}"
 
 
 def render(console: Console, report: ValidationReport) -> None:
@@ -41,7 +41,7 @@ def render(console: Console, report: ValidationReport) -> None:
         check = checks.get(name)
         limit = "-" if check is None else f"{'<=' if check.is_upper_limit else '>='} {check.limit:g}"
         state = "" if check is None else ("[green]ok[/]" if check.passed else "[bold red]FAILED[/]")
-        table.add_row(name, _fmt(value), limit, state)
+        table.add_row(name, _fmt(value, missing="-" if check is None else "not measured"), limit, state)
     failed = checks["failed_requests"]
     table.add_row("failed requests (candidate)", str(metrics.num_failed_requests), f"<= {failed.limit:g}",
                   "[green]ok[/]" if failed.passed else "[bold red]FAILED[/]")

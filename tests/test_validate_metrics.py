@@ -84,3 +84,32 @@ def test_unanswered_examples_skip_accuracy():
     assert metrics.baseline_accuracy is None and metrics.accuracy_drop is None
     verdict = judge(metrics, Thresholds(min_candidate_accuracy=0.9))
     assert verdict.passed  # not measurable is not a failure
+
+
+def test_drift_when_every_prompt_diverged_at_token_0_is_not_measured_and_fails():
+    """A fault that breaks the first token leaves no token to compare logprobs on: drift is unknown, not 0."""
+    base = [comp(["a", "b"]) for _ in range(3)]
+    metrics = summarize([compare(i, EX, b, comp(["x", "y"]), 0.02) for i, b in enumerate(base)])
+    assert metrics.mean_logprob_drift is None and metrics.token_agreement == 0.0
+    verdict = judge(metrics, Thresholds(min_token_agreement=0.0, max_accuracy_drop=1.0))
+    assert [c.metric for c in verdict.failures] == ["mean_logprob_drift"]
+    assert "mean_logprob_drift: not measured: FAILED" in verdict.summary
+
+
+def test_the_table_says_not_measured_instead_of_0():
+    import io
+
+    from rich.console import Console
+
+    from hybridserve.cli.validate_render import render
+    from hybridserve.core.validate.run import TargetRun, ValidationReport
+
+    comparisons = tuple(compare(i, EX, comp(["a"]), comp(["x"]), 0.02) for i in range(2))
+    verdict = judge(summarize(comparisons), Thresholds())
+    run = TargetRun(label="t", url="http://t", run_dir=None, schedulers={}, elapsed_s=1.0)
+    report = ValidationReport(dataset="d", verdict=verdict, comparisons=comparisons, baseline=run, candidate=run,
+                              elapsed_s=1.0)
+    console = Console(file=io.StringIO(), width=200)
+    render(console, report)
+    row = next(line for line in console.file.getvalue().splitlines() if "mean_logprob_drift" in line)
+    assert "not measured" in row and "FAILED" in row and " 0 " not in row

@@ -68,7 +68,7 @@ def test_candidate_against_baseline(baseline, run_root, config, fault):
     assert decode_log.count(RECEIVED_LOG_PREFIX) >= NUM_PROMPTS * len(SEEDS)  # state came over NIXL
     verdicts = [r.verdict for r in reports]
     print(config, fault, [(v.metrics.baseline_accuracy, v.metrics.candidate_accuracy,
-                           round(v.metrics.token_agreement, 3), round(v.metrics.mean_logprob_drift, 4),
+                           v.metrics.token_agreement, v.metrics.mean_logprob_drift,
                            v.metrics.num_failed_requests) for v in verdicts])
     if fault is None:
         assert all(v.passed for v in verdicts), [v.summary for v in verdicts]

@@ -76,11 +76,13 @@ class Metrics:
     num_graded: int
     baseline_accuracy: float | None  # None: no example has an answer
     candidate_accuracy: float | None
-    token_agreement: float  # agreed tokens / baseline tokens, near-ties forgiven
+    token_agreement: float | None  # agreed tokens / baseline tokens, near-ties forgiven; None: no tokens at all
     num_divergent_prompts: int  # first difference is not a near-tie
     num_near_tie_prompts: int
     divergence_positions: tuple[int, ...]  # first-difference positions of the divergent prompts, sorted
-    mean_logprob_drift: float  # mean |baseline - candidate| logprob of the same token, before any difference
+    # mean |baseline - candidate| logprob of the same token, before any difference; None: not one token was
+    # compared (every prompt diverged at token 0, or the candidate refused them all), so nothing was measured
+    mean_logprob_drift: float | None
     num_failed_requests: int = 0  # prompts the candidate refused (they count as wrong and divergent at 0)
 
     @property
@@ -108,10 +110,10 @@ def summarize(comparisons: Sequence[PromptComparison]) -> Metrics:
         num_graded=sum(c.is_baseline_correct is not None for c in comparisons),
         baseline_accuracy=_accuracy([c.is_baseline_correct for c in comparisons]),
         candidate_accuracy=_accuracy([c.is_candidate_correct for c in comparisons]),
-        token_agreement=sum(c.num_agreed_tokens for c in comparisons) / num_tokens if num_tokens else 1.0,
+        token_agreement=sum(c.num_agreed_tokens for c in comparisons) / num_tokens if num_tokens else None,
         num_divergent_prompts=len(divergent),
         num_near_tie_prompts=sum(c.first_divergence is not None and c.is_near_tie for c in comparisons),
         divergence_positions=tuple(sorted(c.first_divergence for c in divergent if c.first_divergence is not None)),
-        mean_logprob_drift=sum(c.sum_abs_logprob_drift for c in comparisons) / num_compared if num_compared else 0.0,
+        mean_logprob_drift=sum(c.sum_abs_logprob_drift for c in comparisons) / num_compared if num_compared else None,
         num_failed_requests=sum(c.is_candidate_failed for c in comparisons),
     )

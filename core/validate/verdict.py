@@ -11,20 +11,23 @@ from hybridserve.core.validate.thresholds import Thresholds
 @dataclass(frozen=True, kw_only=True)
 class Check:
     metric: str
-    value: float | None  # None: not measurable here (no graded answers)
+    value: float | None  # None: nothing was measured
     limit: float
     is_upper_limit: bool  # True: value must be <= limit
+    # True: a check that cannot be made fails (drift and agreement always exist unless something is badly wrong);
+    # False: it is skipped (accuracy when no example has an answer)
+    is_required: bool = False
 
     @property
     def passed(self) -> bool:
         if self.value is None:
-            return True
+            return not self.is_required
         return self.value <= self.limit if self.is_upper_limit else self.value >= self.limit
 
     @property
     def message(self) -> str:
         if self.value is None:
-            return f"{self.metric}: not measured"
+            return f"{self.metric}: not measured{': FAILED (the check needs it)' if self.is_required else ''}"
         sign = "<=" if self.is_upper_limit else ">="
         state = "ok" if self.passed else "FAILED"
         return f"{self.metric} {self.value:.4g} (must be {sign} {self.limit:g}): {state}"
@@ -56,9 +59,9 @@ def judge(metrics: Metrics, thresholds: Thresholds) -> Verdict:
         Check(metric="accuracy_drop", value=metrics.accuracy_drop, limit=thresholds.max_accuracy_drop,
               is_upper_limit=True),
         Check(metric="token_agreement", value=metrics.token_agreement, limit=thresholds.min_token_agreement,
-              is_upper_limit=False),
+              is_upper_limit=False, is_required=True),
         Check(metric="mean_logprob_drift", value=metrics.mean_logprob_drift, limit=thresholds.max_logprob_drift,
-              is_upper_limit=True),
+              is_upper_limit=True, is_required=True),
     ]
     checks.append(Check(metric="failed_requests", value=float(metrics.num_failed_requests),
                         limit=thresholds.max_failed_requests, is_upper_limit=True))
