@@ -64,7 +64,8 @@ def command(
         gdn_prefill_backend=gdn_prefill_backend, is_plugin_fixes=plugin_fixes)
     request = LaunchRequest(role=Role.parse(role), model=model, topology_file=topology, index=index,
                             device=Device.parse(device), engine=engine, base_port=base_port,
-                            num_cores=os.cpu_count() or 1, is_dry_run=dry_run)
+                            num_cores=os.cpu_count() or 1, is_dry_run=dry_run,
+                            run_root=run_dir.resolve())
     plan = prepare_launch(request)
     if dry_run:
         print_json(launch_dict(plan)) if as_json else render_dry_run(plan)
@@ -73,9 +74,11 @@ def command(
 
 
 def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> None:
+    """Serve until a role dies (exit 1, naming it) or a signal comes (130 SIGINT, 143 SIGTERM); see supervisor.py."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from hybridserve.core.launch.runner import Stop, new_run_dir, started, stop_on_signals, wait_until_stopped
+    from hybridserve.core.launch.runner import new_run_dir
+    from hybridserve.core.launch.supervisor import supervise
 
     run_dir = new_run_dir(run_root.resolve(), plan.role.value)
     err_console.print(f"run folder: {run_dir}", highlight=False)
@@ -83,20 +86,19 @@ def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> Non
                         console=err_console, transient=True)
     task = progress.add_task(f"starting {len(plan.commands)} role(s), waiting for /health", total=None)
     on_progress = lambda name, _ok: progress.update(task, description=f"{name} healthy")  # noqa: E731
-    with stop_on_signals():
-        try:
-            progress.start()
-            with started(plan, run_dir, timeout_s=timeout, on_progress=on_progress) as roles:
-                progress.stop()
-                endpoints = {c.name: c.url for c in plan.commands}
-                print_json({"run_dir": str(run_dir), "endpoints": endpoints}) if as_json else _render_endpoints(
-                    endpoints)
-                err_console.print("serving; Ctrl-C stops every role", highlight=False)
-                err_console.print(f"stopping: {wait_until_stopped(roles)}", highlight=False)
-        except Stop as stop:
-            err_console.print(f"stopped by {stop} while starting", highlight=False)
-        finally:
-            progress.stop()
+
+    def on_serving(_roles: list) -> None:
+        progress.stop()
+        endpoints = {c.name: c.url for c in plan.commands}
+        print_json({"run_dir": str(run_dir), "endpoints": endpoints}) if as_json else _render_endpoints(endpoints)
+        err_console.print("serving; Ctrl-C stops every role", highlight=False)
+
+    try:
+        progress.start()
+        supervise(plan, run_dir, timeout_s=timeout, on_progress=on_progress, on_serving=on_serving,
+                  on_stopping=lambda why: err_console.print(f"stopping: {why}", highlight=False))
+    finally:
+        progress.stop()
 
 
 def _render_endpoints(endpoints: dict[str, str]) -> None:

@@ -128,7 +128,7 @@ def _run_with_progress(request):  # noqa: ANN001, ANN202
             progress.update(tasks[phase], completed=done, description=phase)
 
         from hybridserve.core.common.errors import CouldNotRunError
-        from hybridserve.core.launch.runner import Stop, stop_on_signals
+        from hybridserve.core.launch.supervisor import Stop, stop_on_signals
 
         try:
             with stop_on_signals():  # SIGTERM/SIGHUP unwind like Ctrl-C: started servers are stopped

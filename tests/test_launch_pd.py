@@ -204,7 +204,7 @@ def test_killing_decode_gives_the_client_an_error_within_the_timeout(deployment)
     # that fails; that is a correct answer only once the launcher has said why it is stopping
     role = answer.json()["error"]["role"]
     stopping = (deployment.run_dir.parent.parent / "launch.err").read_text()
-    assert role == "decode" or (role == "prefill" and "stopping: decode-0 exited" in stopping), (role, stopping)
+    assert role == "decode" or (role == "prefill" and "stopping: decode-0 " in stopping), (role, stopping)
     assert time.monotonic() - started < 90
 
 

@@ -77,33 +77,152 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_launch_proxy_role_stops_on_sigterm(tmp_path):
+LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
+
+
+def _launch_proxy(tmp_path: Path, **popen) -> tuple[subprocess.Popen, int, int]:
+    """`launch --role proxy` (no vLLM: seconds); returns the launcher, the proxy's port and its pid."""
     pytest.importorskip("uvicorn", reason="needs the cpu or cuda extra")
     port = _free_port()
-    launcher = subprocess.Popen(
-        [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch", "--role", "proxy",
-         "--json", "--base-port", str(port), "--run-dir", str(tmp_path), "--timeout", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        info = json.loads(_read_json(launcher))
-        assert info["endpoints"] == {"proxy": f"http://127.0.0.1:{port}"}
-        proxy_pid = int((Path(info["run_dir"]) / "proxy.pid").read_text())
-        launcher.send_signal(signal.SIGTERM)
-        assert launcher.wait(timeout=30) == 0
-        assert not _alive(proxy_pid)
-        with socket.socket() as sock:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    launcher = subprocess.Popen([*LAUNCH, "--role", "proxy", "--json", "--base-port", str(port), "--run-dir",
+                                 str(tmp_path / "runs"), "--timeout", "60"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                **popen)
+    info = json.loads(_read_json(launcher))
+    assert info["endpoints"] == {"proxy": f"http://127.0.0.1:{port}"}
+    return launcher, port, int((Path(info["run_dir"]) / "proxy.pid").read_text())
+
+
+def _cleanup(launcher: subprocess.Popen, runs: Path) -> None:
+    if launcher.poll() is None:
+        os.killpg(launcher.pid, signal.SIGKILL)
+    for pid_file in runs.glob("*/*.pid"):
+        try:
+            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, ValueError):
+            pass
+
+
+def _port_is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
             sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _ignore_sigint() -> None:  # what a non-interactive shell does for a background job (`launch ... &`)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sig,code,popen", [
+    (signal.SIGTERM, 143, {}),
+    (signal.SIGINT, 130, {"preexec_fn": _ignore_sigint}),
+], ids=["sigterm-143", "sigint-while-ignored-130"])
+def test_launch_stops_every_role_and_exits_128_plus_the_signal(tmp_path, sig, code, popen):
+    launcher, port, proxy_pid = _launch_proxy(tmp_path, **popen)
+    try:
+        launcher.send_signal(sig)
+        assert launcher.wait(timeout=30) == code
+        assert f"stopped by {sig.name}; every role stopped" in launcher.stderr.read()
+        assert not _alive(proxy_pid) and _port_is_free(port)
+    finally:
+        _cleanup(launcher, tmp_path / "runs")
+
+
+def test_launch_exits_1_naming_the_role_that_died(tmp_path):
+    launcher, port, proxy_pid = _launch_proxy(tmp_path)
+    try:
+        os.kill(proxy_pid, signal.SIGKILL)
+        killed = time.monotonic()
+        assert launcher.wait(timeout=30) == 1
+        assert time.monotonic() - killed < 10
+        last = launcher.stderr.read().strip().splitlines()[-1]
+        assert last.startswith("error: proxy was killed by SIGKILL (log ") and "every other role stopped" in last
+    finally:
+        _cleanup(launcher, tmp_path / "runs")
+
+
+# A role that answers /health and has a child of its own (as vLLM's API server has its engine core).
+SERVER_WITH_CHILD = """
+import http.server, subprocess, sys
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+print(child.pid, flush=True)
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+# The launcher's side, in a process the test can SIGKILL: `started` with that role, then wait forever.
+LAUNCHER = """
+import sys, time, types
+from pathlib import Path
+from hybridserve.core.launch.plan import Role, RoleCommand
+from hybridserve.core.launch.runner import started
+port = int(sys.argv[1])
+command = RoleCommand(name="server", role=Role.PROXY, argv=(sys.executable, "-c", sys.argv[2], str(port)), env=(),
+                      host="127.0.0.1", port=port)
+with started(types.SimpleNamespace(commands=(command,)), Path(sys.argv[3]), timeout_s=60):
+    print("serving", flush=True)
+    time.sleep(300)
+"""
+
+
+def test_roles_and_their_children_die_with_a_sigkilled_launcher(tmp_path):
+    port = _free_port()
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(port), SERVER_WITH_CHILD, str(tmp_path)],
+                                stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert launcher.stdout.readline().strip() == "serving"
+        server = int((tmp_path / "server.pid").read_text())
+        child = int((tmp_path / "server.log").read_text().split()[0])
+        assert _alive(server) and _alive(child)
+        launcher.kill()  # no chance to clean up
+        launcher.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while (_alive(server) or _alive(child)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(server) and not _alive(child)
+        assert _port_is_free(port)
     finally:
         if launcher.poll() is None:
-            os.killpg(launcher.pid, signal.SIGKILL)
-        for pid_file in tmp_path.glob("*/*.pid"):
+            launcher.kill()
+        for pid_file in tmp_path.glob("*.pid"):
             try:
                 os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-            except (ProcessLookupError, ValueError):
+            except (ProcessLookupError, PermissionError, ValueError):
                 pass
 
 
+def test_a_later_launch_names_the_stale_run_holding_its_port(tmp_path):
+    """A run folder whose role still holds the port (its launcher is gone): the refusal says how to clear it."""
+    port = _free_port()
+    run_dir = tmp_path / "runs" / "20260101-000000-all"
+    run_dir.mkdir(parents=True)
+    (run_dir / "plan.json").write_text("[]")
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (run_dir / "launcher.pid").write_text(f"{gone.pid}\n")
+    holder = subprocess.Popen([sys.executable, "-c", SERVER_WITH_CHILD, str(port)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        holder.stdout.readline()
+        (run_dir / "proxy.pid").write_text(f"{holder.pid}\n")
+        while _port_is_free(port):
+            time.sleep(0.05)
+        result = subprocess.run([*LAUNCH, "--role", "proxy", "--base-port", str(port), "--run-dir",
+                                 str(tmp_path / "runs")], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2
+        assert result.stderr.strip() == (
+            f"error: proxy: port {port} on 127.0.0.1 is in use: an earlier run is still running ({run_dir}: proxy "
+            f"pid {holder.pid}; its launcher is gone); stop it with: kill -TERM -- -{holder.pid}")
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
 def _read_json(launcher: subprocess.Popen) -> str:
     lines = []
     deadline = time.monotonic() + 90

@@ -10,10 +10,12 @@ from __future__ import annotations
 import importlib.util
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 from hybridserve.core.common.errors import InputError, MissingExtraError
 from hybridserve.core.launch.plan import LaunchPlan, Role, RoleCommand
 from hybridserve.core.launch.engine_command import CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT
+from hybridserve.core.launch.stale_run import port_in_use_error
 from hybridserve.core.launch.topology import Device
 
 # (module, purpose) each role needs; the extra to install depends on the device.
@@ -22,12 +24,13 @@ _PROXY_MODULES = (("fastapi", "the proxy"), ("uvicorn", "the proxy"), ("httpx", 
 
 
 def preflight(plan: LaunchPlan, *, is_module_available: Callable[[str], bool] | None = None,
-              is_port_free: Callable[[str, int], bool] | None = None) -> None:
-    """Raise InputError / MissingExtraError for the first problem found; return None when all is well."""
+              is_port_free: Callable[[str, int], bool] | None = None, run_root: Path | None = None) -> None:
+    """Raise InputError / MissingExtraError for the first problem found; return None when all is well.
+    `run_root`: where earlier runs' folders are, so a port held by one of them is named with how to stop it."""
     check_pairs(plan)
     check_conv_layout(plan)
     check_extras(plan, is_module_available or _is_module_available)
-    check_ports(plan, is_port_free or is_tcp_port_free)
+    check_ports(plan, is_port_free or is_tcp_port_free, run_root=run_root)
 
 
 def check_pairs(plan: LaunchPlan) -> None:
@@ -66,7 +69,7 @@ def check_extras(plan: LaunchPlan, is_available: Callable[[str], bool]) -> None:
             raise MissingExtraError(module, extra, f"launch --role {plan.role.value}: {purpose}")
 
 
-def check_ports(plan: LaunchPlan, is_free: Callable[[str, int], bool]) -> None:
+def check_ports(plan: LaunchPlan, is_free: Callable[[str, int], bool], *, run_root: Path | None = None) -> None:
     seen: dict[tuple[str, int], str] = {}
     for command in plan.commands:
         for port in _ports(command):
@@ -76,8 +79,7 @@ def check_ports(plan: LaunchPlan, is_free: Callable[[str, int], bool]) -> None:
                                  f"accepted: a distinct port per role on one host")
             seen[key] = command.name
             if not is_free(command.host, port):
-                raise InputError(f"{command.name}: port {port} on {command.host} is in use; "
-                                 f"accepted: a free port (stop what holds it or change the topology)")
+                raise port_in_use_error(command.name, command.host, port, run_root)
 
 
 def is_tcp_port_free(host: str, port: int) -> bool:

@@ -2,7 +2,7 @@
 
 Each child gets its own session (`setsid`), so stopping a role signals its whole group: vLLM's API server, its
 engine core and worker processes all go, and the ports are freed. Stopping is SIGTERM, a grace period, then
-SIGKILL for what is left.
+SIGKILL for what is left. Each role also dies with the launcher (guard.py: parent-death signal + guard process).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError
+from hybridserve.core.launch.guard import wrapped
 from hybridserve.core.launch.plan import RoleCommand
 
 
@@ -47,7 +48,7 @@ def start_role(command: RoleCommand, run_dir: Path) -> RunningRole:
     env = child_env(command)
     with open(log_path, "ab") as log:
         try:
-            popen = subprocess.Popen(command.argv, env=env, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT,
+            popen = subprocess.Popen(wrapped(command.argv), env=env, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             raise CouldNotRunError(f"{command.name}: cannot start {command.argv[0]} ({exc})") from None

@@ -23,6 +23,7 @@ class LaunchRequest:
     base_port: int = 8000
     num_cores: int = 2
     is_dry_run: bool = False
+    run_root: Path | None = None  # where earlier runs' folders are: a port one of them holds is named
 
 
 def prepare_launch(request: LaunchRequest) -> LaunchPlan:
@@ -35,7 +36,7 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
         check_pairs(plan)
         check_conv_layout(plan)
     else:
-        preflight(plan)
+        preflight(plan, run_root=request.run_root)
     return plan
 
 

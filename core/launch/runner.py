@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import contextlib
 import json
-import signal
-import time
+import os
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hybridserve.core.launch.plan import LaunchPlan
+from hybridserve.core.launch.guard import Guard
+from hybridserve.core.launch.plan import LaunchPlan, RoleCommand
 from hybridserve.core.launch.process import RunningRole, start_role, stop_roles
 from hybridserve.core.launch.health import ProgressCallback, wait_healthy
+from hybridserve.core.launch.stale_run import LAUNCHER_PID_FILE  # a later launch reads it (stale_run.py)
 
 
 def new_run_dir(root: Path, role: str) -> Path:
@@ -28,53 +29,29 @@ def new_run_dir(root: Path, role: str) -> Path:
 @contextlib.contextmanager
 def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
             on_progress: ProgressCallback | None = None) -> Iterator[list[RunningRole]]:
-    """Start every command of the plan (engines first, the proxy when they are healthy); always stop them all."""
+    """Start every command of the plan (engines first, the proxy when they are healthy); always stop them all.
+    A guard process (guard.py) stops them too if this process is killed without a chance to clean up."""
     roles: list[RunningRole] = []
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_plan(plan, run_dir)
+    (run_dir / LAUNCHER_PID_FILE).write_text(f"{os.getpid()}\n")
+    guard = Guard()
+
+    def start(command: RoleCommand) -> RunningRole:
+        role = start_role(command, run_dir)
+        guard.watch(role.popen.pid)  # = its process group id (own session)
+        roles.append(role)
+        return role
+
     try:
-        engines = [c for c in plan.commands if c.role.is_engine]
-        others = [c for c in plan.commands if not c.role.is_engine]
-        roles += [start_role(c, run_dir) for c in engines]
-        wait_healthy(roles, timeout_s=timeout_s, on_progress=on_progress)
-        proxies = [start_role(c, run_dir) for c in others]
-        roles += proxies
+        engines = [start(c) for c in plan.commands if c.role.is_engine]
+        wait_healthy(engines, timeout_s=timeout_s, on_progress=on_progress)
+        proxies = [start(c) for c in plan.commands if not c.role.is_engine]
         wait_healthy(proxies, timeout_s=min(timeout_s, 60.0), on_progress=on_progress)
         yield roles
     finally:
         stop_roles(roles)
-
-
-class Stop(Exception):
-    """Raised in the main thread on SIGTERM / SIGHUP so the `started` context stops every child."""
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """Turn SIGTERM and SIGHUP into `Stop` while the block runs (Ctrl-C is already KeyboardInterrupt)."""
-    def _raise(signum: int, _frame: object) -> None:
-        raise Stop(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, _raise) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def wait_until_stopped(roles: list[RunningRole], *, poll_s: float = 1.0) -> str:
-    """Block until Ctrl-C, `Stop` or a role exits; return why. The caller's `started` context then stops all."""
-    try:
-        while True:
-            for role in roles:
-                if not role.is_running:
-                    return f"{role.name} exited with code {role.popen.returncode} (log {role.log_path})"
-            time.sleep(poll_s)
-    except KeyboardInterrupt:
-        return "interrupted (Ctrl-C)"
-    except Stop as stop:
-        return f"stopped by {stop}"
+        guard.release()
 
 
 def _write_plan(plan: LaunchPlan, run_dir: Path) -> None:
