@@ -7,6 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
+from hybridserve.cli.options import JsonOpt
 
 Backends = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend to check (repeat).")]
 Model = Annotated[str, typer.Option("--model", "-m", help="Model profile, config.json or folder (GDN heads).")]
@@ -23,7 +24,7 @@ def command(
     head_dim: Annotated[int, typer.Option(help="Head size of the generic cases.")] = 128,
     long_len: Annotated[int, typer.Option(help="Length of the long single-sequence case.")] = 1000,
     tolerance: Annotated[Optional[float], typer.Option(help="Relative L2 tolerance; default per dtype.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON only.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Check each backend x knob setting against the float64 judge on the case matrix: lengths 1, 63, 65 and
     --long-len, empty sequences inside a batch, ragged batches, initial state, GVA 1-4 and the model's heads at each
@@ -84,6 +85,11 @@ def _as_dict(report) -> dict:
     }
 
 
+def _max_err(errors) -> str:  # noqa: ANN001
+    measured = [e for e in errors if e is not None]
+    return f"{max(measured):.2e}" if measured else "-"
+
+
 def _render(report) -> None:
     from rich.markup import escape
     from rich.table import Table
@@ -102,11 +108,12 @@ def _render(report) -> None:
         table.add_row(name, knobs, str(sum(r.status.value == "pass" for r in rows)),
                       f"[red]{len(failed)}[/]" if failed else "0",
                       str(sum(r.status.value == "unsupported" for r in rows)),
-                      f"{max((r.o_error for r in errs), default=0):.2e}",
-                      f"{max((r.state_error for r in errs), default=0):.2e}")
-    for name, reason in report.unavailable:
-        table.add_row(name, "-", "-", "-", "-", "-", f"[dim]unavailable: {escape(reason)}[/]")
+                      _max_err(r.o_error for r in errs), _max_err(r.state_error for r in errs))
+    for name, _ in report.unavailable:
+        table.add_row(name, "-", "-", "-", "-", "-", "-")
     out_console.print(table)
+    for name, reason in report.unavailable:  # the reason below the table, not in a number column
+        out_console.print(escape(f"  unavailable {name}: {reason}"), highlight=False)
     for r in report.results:
         if r.status.value != "pass":
             err = f"o {r.o_error:.2e} state {r.state_error:.2e}" if r.o_error is not None else r.reason
