@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
+from hybridserve.cli.options import JsonOpt
 
 Model = Annotated[str, typer.Option("--model", "-m", help="Model profile, config.json or folder.")]
 Tps = Annotated[Optional[list[int]], typer.Option("--tp", help="TP sizes: --tp 1 2 4 8.")]
@@ -29,14 +30,14 @@ def command(
     reps: Annotated[int, typer.Option(help="Timed repetitions per setting (median).")] = 20,
     input_sets: Annotated[int, typer.Option(help="Input sets to cycle through.")] = 3,
     verify_max_len: Annotated[int, typer.Option(help="Check each setting on lengths capped here.")] = 4096,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON only.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Time every backend x knob setting (each verified against the float64 judge first) for the model's GDN
     heads at each TP and each batch shape; write the tuned profile (YAML) that `dispatch` loads, and a plot.
     Without a GPU the CPU backends are tuned, and it says so.
 
     Examples:
-      hybridserve tune --model qwen3.5-397b-a17b --tp 1 2 4 8 --out profiles/tuned/h200.yaml
+      hybridserve tune --model qwen3.5-397b-a17b --tp 1 2 4 8 --out h200-tuned.yaml   # on a GPU
       hybridserve tune --model qwen3.5-0.8b --tp 4 --shapes 1x256 2x128 --reps 5
     """
     import torch
@@ -52,6 +53,10 @@ def command(
     from hybridserve.kernels.tune import TuneRequest, run_tune
     from hybridserve.kernels.tuned_profile import to_dict, write_profile
 
+    from hybridserve.core.common.output_path import check_output_path
+
+    check_output_path(out, "--out")
+    check_output_path(plot or out.with_suffix(".png"), "--plot")
     extra_tps, extra_shapes = split_trailing(ctx.args)
     if reps < 1 or input_sets < 1 or verify_max_len < 1:
         raise InputError("--reps, --input-sets and --verify-max-len: accepted: integers >= 1")

@@ -38,7 +38,6 @@ def write_plot(profile: TunedProfile, path: Path) -> None:
     axes[0][-1].legend()
     fig.suptitle(f"GDN prefill, {profile.model}, {profile.dtype}, {profile.gpu}", fontsize=9)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
     os.close(fd)
     fig.savefig(tmp, dpi=110)

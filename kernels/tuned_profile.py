@@ -78,7 +78,6 @@ def to_dict(profile: TunedProfile) -> dict:
 
 def write_profile(profile: TunedProfile, path: Path) -> None:
     """Written to a temporary file beside `path`, then renamed: never half-written."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as fh:
