@@ -34,7 +34,7 @@ def command(
     attention_backend: Annotated[Optional[str], typer.Option(help="vLLM --attention-backend (default: vLLM's "
                                                               "choice: cpu_attn on CPU, flash_attn on CUDA).")] = None,
     num_speculative_tokens: Annotated[int, typer.Option(help="MTP speculative tokens (0: none).")] = 0,
-    max_model_len: Annotated[int, typer.Option(help="vLLM --max-model-len.")] = 2048,
+    max_model_len: Annotated[int, typer.Option(min=1, help="vLLM --max-model-len.")] = 2048,
     gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend.")] = None,
     plugin_fixes: Annotated[bool, typer.Option(help="CPU: NIXL progress-thread delay and compute threads "
                                                "kept on their cores.")] = True,

@@ -14,6 +14,7 @@ from hybridserve.core.layout.capacity import MemoryBudget
 from hybridserve.core.model.dtypes import parse_optional
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.settings import CacheSettings, layout_request
+from hybridserve.core.common.numbers import gib_to_bytes
 from hybridserve.core.layout.plan import PlanRequest, make_plan
 from hybridserve.core.layout.plan_report import plan_dict
 from hybridserve.core.model.profiles import device_memory_bytes, load_model, model_profile_names
@@ -57,8 +58,8 @@ def command(
     if memory is not None:
         budget = MemoryBudget(device_memory_bytes=device_memory_bytes(memory),
                               gpu_memory_utilization=gpu_memory_utilization,
-                              weights_bytes=None if weights_gib is None else int(weights_gib * 2**30),
-                              reserved_bytes=int(reserved_gib * 2**30))
+                              weights_bytes=None if weights_gib is None else gib_to_bytes(weights_gib, "--weights-gib"),
+                              reserved_bytes=gib_to_bytes(reserved_gib, "--reserved-gib"))
     settings = CacheSettings(
         attention_backend=AttentionBackend.parse(attention_backend),
         model_dtype=parse_optional(dtype, what="--dtype"), block_size=block_size,

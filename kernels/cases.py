@@ -26,6 +26,8 @@ def model_heads(model: ModelSpec, tp: int) -> tuple[int, int]:
     if model.gdn is None:
         raise InputError(f"--model {model.name}: has no GDN (linear attention) layers; pick a Qwen3.5/Qwen3-Next model")
     gdn = model.gdn
+    if tp < 1:
+        raise InputError(f"--tp {tp}: accepted: 1 or more, dividing {model.name}'s {gdn.num_key_heads} key heads")
     if gdn.num_key_heads % tp or gdn.num_value_heads % tp:
         raise InputError(f"--tp {tp}: does not divide {model.name}'s {gdn.num_key_heads} key / "
                          f"{gdn.num_value_heads} value heads; accepted: divisors of {gdn.num_key_heads}")
@@ -36,6 +38,10 @@ def case_matrix(
     *, head_dim: int = 128, long_len: int = 1000, model: ModelSpec | None = None, tps: tuple[int, ...] = (),
     model_seqlens: tuple[int, ...] = MODEL_SEQLENS,
 ) -> list[VerifyCase]:
+    for flag, value in (("--head-dim", head_dim), ("--long-len", long_len)):
+        if value < 1:  # a head of size 0 divides by zero in every kernel; a case of length 0 is already in the matrix
+            raise InputError(f"{flag} {value}: accepted: 1 or more")
+
     def case(case_id: str, seqlens: tuple[int, ...], hk: int = 2, hv: int = 4, init: bool = False,
              dk: int = head_dim, dv: int = head_dim) -> VerifyCase:
         shape = GdnShape(seqlens=seqlens, num_key_heads=hk, num_value_heads=hv, key_head_dim=dk, value_head_dim=dv)

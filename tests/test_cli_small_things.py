@@ -61,3 +61,16 @@ def test_tune_refuses_an_output_folder_that_does_not_exist(tmp_path, monkeypatch
     assert result.output.strip() == (f"error: --out {out}: folder {out.parent} does not exist; accepted: a file "
                                       f"path in an existing folder (create it first)")
     assert not out.parent.exists()
+
+
+def test_transfer_bench_vram_without_cuda_is_refused_in_one_line(monkeypatch):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("nixl")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    monkeypatch.setattr("hybridserve.transfer.bench.Cluster", lambda *a, **k: pytest.fail("a rank started"))
+    result = CliRunner().invoke(app, ["transfer", "bench", "-m", "qwen3.5-0.8b", "--prompt-len", "256",
+                                      "--memory", "vram"])
+    assert result.exit_code == 2
+    assert result.output.strip() == ("error: --memory vram needs CUDA: torch sees no CUDA GPU on this machine; "
+                                      "accepted here: --memory dram")

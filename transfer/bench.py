@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.layout.descriptors import Scheme, transfer_cost
 from hybridserve.core.model.dtypes import DType
-from hybridserve.core.common.errors import CheckFailedError, InputError, MissingExtraError
+from hybridserve.core.common.errors import CheckFailedError, CouldNotRunError, InputError, MissingExtraError
 from hybridserve.core.layout.rank_layout import LayoutRequest
 from hybridserve.core.layout.plan import PlanRequest, make_plan
 from hybridserve.core.model.spec import ModelSpec
@@ -91,6 +91,7 @@ def run_bench(request: BenchRequest, *, on_step: Callable[[str], None] | None = 
             raise MissingExtraError(module, "cpu" if request.memory is Memory.DRAM else "cuda", "transfer bench")
     if request.num_requests < 1:
         raise InputError(f"--requests {request.num_requests}: accepted: 1 or more")
+    require_memory(request.memory)
     layout = LayoutRequest(model=request.model, tp=request.prefill_tp, backend=request.backend,
                            block_size=request.block_size, ssm_dtype=request.ssm_dtype,
                            num_speculative_tokens=request.num_speculative_tokens)
@@ -148,6 +149,15 @@ def _measure(cluster: Cluster, plan, request: BenchRequest, prompt: int, scheme:
                     prepare_ms=1e3 * med("prepare_s"), post_ms=1e3 * med("post_s"),
                     transfer_ms=1e3 * med("transfer_s"), gbps=total / med("transfer_s") / 1e9,
                     copy_gbps=per_rank_bytes / copy_s / 1e9, is_exact=exact)
+
+
+def require_memory(memory: Memory) -> None:
+    """VRAM regions need a CUDA GPU that torch can see; refuse before any rank process starts."""
+    import torch
+
+    if memory is Memory.VRAM and not torch.cuda.is_available():
+        raise CouldNotRunError("--memory vram needs CUDA: torch sees no CUDA GPU on this machine; "
+                               "accepted here: --memory dram")
 
 
 def _device(memory: Memory) -> str:

@@ -14,6 +14,7 @@ from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.engine_command import engine_argv, engine_env
 from hybridserve.core.launch.instance_cache import InstanceCache, instance_cache
+from hybridserve.core.launch.port_numbers import check_port_numbers
 from hybridserve.core.model.profiles import load_model
 from hybridserve.core.launch.topology import EngineInstance, Topology
 
@@ -68,6 +69,7 @@ class LaunchPlan:
 def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None,
                      python: str | None = None) -> LaunchPlan:
     python = python or sys.executable
+    check_port_numbers(topology)
     model = load_model(str(topology.model))
     engines = _single_engine(topology) if role is Role.SINGLE else _engines(topology)
     caches = tuple((name, _cache(name, model, topology, inst)) for name, _, inst in engines)

@@ -35,6 +35,8 @@ _INSTANCE_KEYS = {"mamba_ssm_cache_dtype": "ssm_dtype", "mamba_cache_dtype": "co
 def load_topology(path: Path) -> Topology:
     try:
         raw = yaml.safe_load(path.read_text())
+    except UnicodeDecodeError:
+        raise InputError(f"--topology {path}: not a text file; accepted: a YAML text file") from None
     except (OSError, yaml.YAMLError) as exc:
         raise InputError(f"--topology {path}: cannot read it as YAML ({exc})") from None
     if not isinstance(raw, dict):

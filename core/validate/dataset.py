@@ -18,6 +18,7 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.validate import synthetic
 
 SYNTHETIC = "synthetic"
+MAX_SYNTHETIC_PROMPTS = 10_000  # each is generated up front; validate sends 64 by default (minutes on a CPU)
 GSM8K_ANSWER = re.compile(r"####\s*(-?[0-9][0-9,]*(?:\.[0-9]+)?)")
 
 
@@ -110,6 +111,8 @@ def _example_from_line(record: object, where: str) -> Example:
 def jsonl_dataset(path: Path, num_prompts: int | None) -> Dataset:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise InputError(f"--dataset {path}: not a UTF-8 text file; give '{SYNTHETIC}' or a JSONL file") from None
     except OSError as exc:
         raise InputError(f"--dataset {path}: cannot read it ({exc.strerror}); give '{SYNTHETIC}' or a JSONL file")
     examples = []
@@ -132,6 +135,8 @@ def load_dataset(spec: str, *, num_prompts: int | None, seed: int) -> Dataset:
     """'synthetic[:MIN-MAX]' (num_prompts defaults to 64) or a JSONL file (all lines unless num_prompts)."""
     if num_prompts is not None and num_prompts < 1:
         raise InputError(f"--num-prompts {num_prompts}: must be at least 1")
+    if (spec == SYNTHETIC or spec.startswith(SYNTHETIC + ":")) and num_prompts is not None and num_prompts > MAX_SYNTHETIC_PROMPTS:
+        raise InputError(f"--num-prompts {num_prompts}: accepted for the synthetic task: 1-{MAX_SYNTHETIC_PROMPTS}")
     if spec == SYNTHETIC or spec.startswith(SYNTHETIC + ":"):
         return synthetic_dataset(num_prompts or 64, seed, _synthetic_words(spec))
     path = Path(spec)

@@ -48,6 +48,8 @@ def load_yaml(path: Path) -> dict[str, float | None]:
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise InputError(f"--thresholds {path}: not a UTF-8 text file; accepted: a YAML text file of limits") from None
     except OSError as exc:
         raise InputError(f"--thresholds {path}: cannot read it ({exc.strerror})") from None
     except yaml.YAMLError as exc:
