@@ -10,8 +10,11 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# CPU torch first (the wheel on disk); a plain `torch` would pull a multi-GB CUDA build
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[cpu,dev]'
+	$(PIP) install -q --no-compile torch==2.13.0
+	# --no-compile: no up-front .pyc for every module of every package (~400 MB); Python writes them on first import
+	$(PIP) install -q --no-compile -e '.[cpu,dev]'
+	# the `nixl` import name without its dependencies: the cpu extra already holds the one NIXL build it loads
+	$(PIP) install -q --no-compile --no-deps nixl==1.5.1
 	# PyPI's torchaudio/torchcodec are CUDA builds that crash `import vllm` beside CPU torch
 	$(PIP) uninstall -q -y torchaudio torchcodec || true
 	touch $(STAMP)

