@@ -1,0 +1,46 @@
+"""The README's examples as a newcomer runs them: where the command is, how long each takes on a CPU (or that it
+needs a GPU), how long `make test` takes, and no example that overwrites a file the repository ships."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+OUTPUT_OPTIONS = ("--out", "--plot", "--png", "--junit")
+
+
+def _examples() -> list[tuple[str, str]]:
+    """(example line, the block's first comment line or '') for every `hybridserve ...` line in bash blocks."""
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+        lines = block.splitlines()
+        header = lines[0] if lines and lines[0].startswith("#") else ""
+        found += [(line, header) for line in lines if line.startswith("hybridserve ")]
+    return found
+
+
+def test_every_example_says_its_cpu_time_or_that_it_needs_a_gpu():
+    examples = _examples()
+    assert len(examples) >= 12
+    unlabeled = [line for line, header in examples
+                 if not re.search(r"CPU|GPU", (line.split("#", 1)[1] if "#" in line else "") + header)]
+    assert unlabeled == []
+
+
+def test_no_example_writes_over_a_shipped_file():
+    tracked = set(subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True).stdout.split())
+    written = []
+    for line, _ in _examples():
+        words = shlex.split(line.split("#", 1)[0])
+        written += [words[i + 1] for i, word in enumerate(words[:-1]) if word in OUTPUT_OPTIONS]
+    assert written, "the examples write no file at all: the check would see nothing"
+    assert [path for path in written if path in tracked or (ROOT / path).exists()] == []
+
+
+def test_the_readme_says_where_the_command_is_and_how_long_make_test_takes():
+    assert "source .venv/bin/activate" in README and ".venv/bin/hybridserve" in README
+    assert re.search(r"`make test` then takes about \d+ minutes", README)
