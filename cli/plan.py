@@ -58,7 +58,8 @@ def command(
     if memory is not None:
         budget = MemoryBudget(device_memory_bytes=device_memory_bytes(memory),
                               gpu_memory_utilization=gpu_memory_utilization,
-                              weights_bytes=None if weights_gib is None else gib_to_bytes(weights_gib, "--weights-gib"),
+                              weights_bytes=(None if weights_gib is None
+                                             else gib_to_bytes(weights_gib, "--weights-gib")),
                               reserved_bytes=gib_to_bytes(reserved_gib, "--reserved-gib"))
     settings = CacheSettings(
         attention_backend=AttentionBackend.parse(attention_backend),

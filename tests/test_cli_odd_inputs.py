@@ -41,6 +41,7 @@ COMMANDS = [
       "--plot": "path", "--prompt-lengths": "path"}),
     (["launch", "--role", "all", "--dry-run"], [],
      {"--base-port": "int", "--max-model-len": "int", "--block-size": "int", "--index": "int", "--model": "path",
+      "--num-speculative-tokens": "int",
       "--topology": "path"}),
     (["launch", "--role", "proxy"], ["--run-dir", "{tmp}/runs"],
      {"--base-port": "int", "--timeout": "float", "--run-dir": "path"}),
