@@ -4,9 +4,9 @@ Two mechanisms, because one is not enough for vLLM:
 
 - Each role's process group leader asks the kernel for a parent-death signal (`prctl(PR_SET_PDEATHSIG)`), so the
   API server gets SIGTERM the moment the launcher is gone. A wrapper sets it and then execs the role's command
-  (`python -m hybridserve.core.launch.guard --exec ARGV...`; the signal survives exec, the pid stays the same): a
-  `preexec_fn` would run Python in a child forked while the launcher's progress thread may hold a lock. Its children (vLLM's engine core and workers) are not
-  covered by that: they are children of the API server, not of the launcher.
+  (`python -m hybridserve.core.launch.guard --exec LAUNCHER_PID ARGV...`; the signal survives exec, the pid stays
+  the same); a `preexec_fn` would run Python in a child forked while the launcher's progress thread may hold a
+  lock. The leader's children (vLLM's engine core and workers) are not covered: their parent is the API server.
 - A guard process per run (`python -m hybridserve.core.launch.guard`, in its own session) holds the read end of
   a pipe whose only write end is the launcher's. The launcher sends the process group id of each role it starts,
   and `done` once it has stopped them itself. End of file without `done` means the launcher died: the guard
@@ -34,7 +34,7 @@ def _load_prctl():  # noqa: ANN202
         return None
 
 
-_PRCTL = _load_prctl()  # resolved in the launcher: the forked child only calls it
+_PRCTL = _load_prctl()
 
 
 def wrapped(argv: tuple[str, ...] | list[str], python: str | None = None) -> list[str]:
