@@ -93,13 +93,18 @@ class Guard:
 def kill_groups(pgids: list[int], *, grace_s: float = GRACE_S) -> None:
     """SIGTERM every group, wait until they are gone or `grace_s` passed, SIGKILL what is left."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [pgid for pgid in pgids if _signal_group(pgid, sig)]
-        deadline = time.monotonic() + grace_s
-        while alive and time.monotonic() < deadline:
-            time.sleep(0.1)
-            alive = [pgid for pgid in alive if _signal_group(pgid, 0)]
-        if not alive:
+        if not wait_groups_gone([pgid for pgid in pgids if _signal_group(pgid, sig)], timeout_s=grace_s):
             return
+
+
+def wait_groups_gone(pgids: list[int], *, timeout_s: float) -> list[int]:
+    """Wait until no process is left in these groups (or the timeout passed); return the groups still alive."""
+    alive = [pgid for pgid in pgids if _signal_group(pgid, 0)]
+    deadline = time.monotonic() + timeout_s
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+        alive = [pgid for pgid in alive if _signal_group(pgid, 0)]
+    return alive
 
 
 def _signal_group(pgid: int, sig: int) -> bool:

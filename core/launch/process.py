@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError
-from hybridserve.core.launch.guard import wrapped
+from hybridserve.core.launch.guard import wait_groups_gone, wrapped
 from hybridserve.core.launch.plan import RoleCommand
 
 
@@ -82,6 +82,8 @@ def stop_roles(roles: Iterable[RunningRole], *, grace_s: float = 15.0) -> None:
             role.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
+    # the leader's children (vLLM's engine core, workers) are gone only once their group is empty
+    wait_groups_gone([role.popen.pid for role in roles], timeout_s=5)
 
 
 def kill_role(role: RunningRole) -> None:
