@@ -41,7 +41,8 @@ def command(
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
     run_dir: Annotated[Path, typer.Option(help="Folder for run folders (logs, plan.json).")] = Path("runs"),
     timeout: Annotated[float, typer.Option(help="Seconds to wait for all roles to be healthy.")] = 300.0,
-    dry_run: Annotated[bool, typer.Option("--dry-run", metavar="", help="Print command lines and environment only.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", metavar="",
+                                          help="Print command lines and environment only.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Start vLLM prefill/decode servers with NixlConnector and the P/D proxy, after a preflight.
