@@ -213,14 +213,19 @@ def test_killing_decode_gives_the_client_an_error_within_the_timeout(deployment)
     error = json.loads(events[-1][6:])["error"]
     assert error["role"] == "decode" and "decode server http://127.0.0.3" in error["message"]
     assert time.monotonic() - killed < 30  # the proxy's per-hop timeout
-    answer = httpx.post(f"{deployment.proxy}/v1/completions", json=dict(body, stream=False, max_tokens=4),
-                        timeout=60)
-    assert answer.status_code in (502, 504), answer.text
     # `launch` stops every role within a second of decode's death, so the prefill hop may already be the one
-    # that fails; that is a correct answer only once the launcher has said why it is stopping
-    role = answer.json()["error"]["role"]
+    # that fails, or the proxy itself may be gone; each is a correct answer only once the launcher has said why
+    # it is stopping
+    try:
+        answer = httpx.post(f"{deployment.proxy}/v1/completions", json=dict(body, stream=False, max_tokens=4),
+                            timeout=60)
+    except httpx.TransportError:  # connection refused or closed: the proxy is stopping or gone
+        role = "proxy stopped"
+    else:
+        assert answer.status_code in (502, 504), answer.text
+        role = answer.json()["error"]["role"]
     stopping = (deployment.run_dir.parent.parent / "launch.err").read_text()
-    assert role == "decode" or (role == "prefill" and "stopping: decode-0 " in stopping), (role, stopping)
+    assert role == "decode" or "stopping: decode-0 " in stopping, (role, stopping)
     assert time.monotonic() - started < 90
 
 
