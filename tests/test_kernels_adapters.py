@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import types
 
-
 import pytest
 import torch
 
