@@ -17,7 +17,7 @@ from hybridserve.core.vllm_plugin import settings
 from hybridserve.core.vllm_plugin.gdn_dispatch import _LazyRouter, _RoutingOps
 from hybridserve.kernels.metrics import assert_close
 
-from _gdn_profiles import two_bucket_profile
+from _gdn_profiles import TORCH64, entry, two_bucket_profile, write_entries
 
 def _inputs(num_tokens: int, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
@@ -105,3 +105,44 @@ def test_launch_refuses_a_file_that_is_not_a_profile(tmp_path) -> None:
     bad.write_text("schema: something-else\n")
     with pytest.raises(InputError, match="--tuned-profile .*t.yaml: not a tuned GDN prefill profile"):
         prepare_launch(LaunchRequest(role=Role.ALL, tuned_profile=bad, is_dry_run=True))
+
+
+def test_cuda_seam_converts_vllms_v_first_state_and_falls_back_to_vllms_own_call(tmp_path, caplog) -> None:
+    """vLLM's ChunkGatedDeltaRule call (q/k/v [1, T, H, D], state [N, Hv, V, K]) routed to the torch winner gives
+    what the float64 judge gives in vLLM's layout; vLLM's own setting (FlashInfer auto under
+    --gdn-prefill-backend flashinfer) and a winner that cannot run here (FlashQLA) call vLLM's method untouched."""
+    from hybridserve.core.vllm_plugin.gdn_dispatch import _routed
+    from hybridserve.kernels import naive
+    from hybridserve.kernels.inputs import GdnShape, make_inputs
+    from hybridserve.kernels.tuned_profile import Choice
+
+    fi_auto, qla = Choice(backend="flashinfer", knobs=(("use_cp", "auto"),)), Choice(backend="flashqla")
+    path = write_entries(tmp_path / "p.yaml", (entry(16, (TORCH64,)), entry(512, (fi_auto,)),
+                                               entry(512, (qla,), num_seqs=4)))
+    native_calls = []
+
+    def native(*args, **kwargs):
+        native_calls.append(args[0].shape[1])
+        return "vLLM's own"
+
+    forward = _routed(native, "flashinfer", _LazyRouter(str(path), False))
+
+    def call(seqlens, seed, **kwargs):
+        x = make_inputs(GdnShape(seqlens=seqlens, num_key_heads=2, num_value_heads=2, key_head_dim=64,
+                                 value_head_dim=64), seed=seed)
+        out = forward(x.q.unsqueeze(0), x.k.unsqueeze(0), x.v.unsqueeze(0), x.g.unsqueeze(0), x.beta.unsqueeze(0),
+                      x.initial_state.transpose(-1, -2), True, cu_seqlens=x.cu_seqlens, **kwargs)
+        return x, out
+
+    core_attn_out = torch.zeros(20, 2, 64, dtype=torch.bfloat16)
+    with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
+        x, (o, state) = call((9, 11), 3, use_qk_l2norm_in_kernel=False, core_attn_out=core_attn_out)
+        assert call((600,), 4)[1] == "vLLM's own" and call((500,) * 4, 5)[1] == "vLLM's own"
+    o_ref, state_ref = naive.gdn_prefill(**x.as_kwargs())
+    assert_close(o.squeeze(0), o_ref, 2e-2, "o")
+    assert_close(state, state_ref.transpose(-1, -2), 2e-2, "state [N, Hv, V, K]")
+    assert_close(core_attn_out, o_ref, 2e-2, "core_attn_out")
+    assert native_calls == [600, 2000]
+    assert "bucket TP1 1x16 (heads 2/2) -> torch[chunk_size=64]" in caplog.text
+    assert "bucket TP1 1x512 (heads 2/2) -> flashinfer[use_cp=auto] = vLLM's own kernel" in caplog.text
+    assert "bucket TP1 4x512 (heads 2/2) -> vLLM's own kernel (winner flashqla[default] cannot run here" in caplog.text
