@@ -180,3 +180,25 @@ def test_flashqla_says_why_it_cannot_run_here() -> None:
     assert [u["backend"] for u in report["unavailable"]] == ["flashqla"]
     assert report["unavailable"][0]["reason"] == reason
     assert all(r["call_ms"] is not None for r in report["results"] if r["status"] == "pass")
+
+
+def test_cli_merge_writes_the_merged_profile_and_refuses_bad_input(tmp_path: Path) -> None:
+    from hybridserve.kernels.tuned_profile import write_profile
+
+    write_profile(_profile(_entry(1024, {FI_AUTO: 0.30, FI_NOCP: 0.10})), tmp_path / "fi.yaml")
+    write_profile(_profile(_entry(1024, {QLA: 0.05})), tmp_path / "qla.yaml")
+    out = tmp_path / "merged.yaml"
+    result = runner.invoke(app, ["tune", "--merge", str(tmp_path / "fi.yaml"), "--merge", str(tmp_path / "qla.yaml"),
+                                 "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["entries"][0]["winner"] == {"backend": "flashqla", "knobs": {"auto_cp": True}}
+    assert read_profile(out).entries[0].winner == QLA
+    one = runner.invoke(app, ["tune", "--merge", str(tmp_path / "fi.yaml"), "--out", str(tmp_path / "x.yaml")])
+    assert one.exit_code == 2 and "two or more" in one.output and not (tmp_path / "x.yaml").exists()
+    bad = runner.invoke(app, ["tune", "--rank-by", "wall", "--model", "qwen3.5-0.8b", "--tp", "16"])
+    assert bad.exit_code == 2 and "--rank-by wall: accepted: gpu, host" in bad.output
+
+
+def test_profiles_written_before_issue_13_still_read() -> None:
+    profile = read_profile(Path(__file__).resolve().parent.parent / "profiles" / "tuned" / "h200.yaml")
+    assert profile.rank_by == "gpu" and len(profile.entries) == 20 and profile.entries[0].latency_ms == {}
