@@ -36,6 +36,8 @@ def command(
     num_speculative_tokens: Annotated[int, typer.Option(help="MTP speculative tokens (0: none).")] = 0,
     max_model_len: Annotated[int, typer.Option(min=1, help="vLLM --max-model-len.")] = 2048,
     gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend.")] = None,
+    tuned_profile: Annotated[Optional[Path], typer.Option(help="Tuned GDN prefill profile (hybridserve tune): "
+                                                          "each prefill batch runs its bucket's winner.")] = None,
     plugin_fixes: Annotated[bool, typer.Option(help="CPU: NIXL progress-thread delay and compute threads "
                                                "kept on their cores.")] = True,
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
@@ -54,6 +56,8 @@ def command(
       hybridserve launch --role all --dry-run --json     # the exact command lines and environment
 
       hybridserve launch --topology t.yaml --role prefill --index 0
+
+      hybridserve launch --role all --tuned-profile tuned-gdn-prefill.yaml   # per-batch GDN prefill routing
     """
     engine = EngineOptions(
         block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
@@ -66,8 +70,12 @@ def command(
     request = LaunchRequest(role=Role.parse(role), model=model, topology_file=topology, index=index,
                             device=Device.parse(device), engine=engine, base_port=base_port,
                             num_cores=os.cpu_count() or 1, is_dry_run=dry_run,
-                            run_root=run_dir.resolve())
+                            run_root=run_dir.resolve(), tuned_profile=tuned_profile)
     plan = prepare_launch(request)
+    if tuned_profile is not None:
+        from hybridserve.core.launch.tuned import flag_note
+
+        err_console.print(flag_note(plan.topology.device), highlight=False)
     if dry_run:
         print_json(launch_dict(plan)) if as_json else render_dry_run(plan)
         return

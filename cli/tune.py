@@ -15,6 +15,9 @@ Tps = Annotated[Optional[list[int]], typer.Option("--tp", help="TP sizes: --tp 1
 Shapes = Annotated[Optional[list[str]], typer.Option("--shapes", help="Batch shapes NxL: --shapes 1x1024 4x4096.")]
 PromptLengths = Annotated[Optional[Path], typer.Option(help="File of prompt lengths: shapes from p50/p90/p99.")]
 Backends = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend to consider (repeat).")]
+RankByOpt = Annotated[str, typer.Option(help="Pick winners by gpu time (host runs ahead) or host-inclusive latency.")]
+Merge = Annotated[Optional[list[Path]], typer.Option(help="Merge tuned profiles made in separate processes (repeat); "
+                                                       "no timing.")]
 
 
 def command(
@@ -30,15 +33,20 @@ def command(
     reps: Annotated[int, typer.Option(help="Timed repetitions per setting (median).")] = 20,
     input_sets: Annotated[int, typer.Option(help="Input sets to cycle through.")] = 3,
     verify_max_len: Annotated[int, typer.Option(help="Check each setting on lengths capped here.")] = 4096,
+    rank_by: RankByOpt = "gpu",
+    merge: Merge = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Time every backend x knob setting (each verified against the float64 judge first) for the model's GDN
     heads at each TP and each batch shape; write the tuned profile (YAML) that `dispatch` loads, and a plot.
-    Without a GPU the CPU backends are tuned, and it says so.
+    Without a GPU the CPU backends are tuned, and it says so. Each setting's GPU time, host (enqueue) time,
+    host-inclusive latency and first-call (compile) time are recorded; --rank-by picks the winner by GPU time or
+    by host-inclusive latency. FlashQLA needs its own environment: tune it in its own process and --merge.
 
     Examples:
       hybridserve tune --model qwen3.5-397b-a17b --tp 1 2 4 8 --out h200-tuned.yaml   # on a GPU
-      hybridserve tune --model qwen3.5-0.8b --tp 4 --shapes 1x256 2x128 --reps 5
+      hybridserve tune --model qwen3.5-0.8b --tp 4 --shapes 1x256 2x128 --reps 5 --rank-by host
+      hybridserve tune --merge fi.yaml --merge flashqla.yaml --out h200-tuned.yaml
     """
     import torch
 
@@ -54,8 +62,11 @@ def command(
     from hybridserve.kernels.tuned_profile import to_dict, write_profile
 
     from hybridserve.core.common.output_path import check_output_path
+    from hybridserve.kernels.tuned_profile import RankBy
 
     check_output_path(out, "--out")
+    if merge:
+        return _merge(merge, out, as_json)
     check_output_path(plot or out.with_suffix(".png"), "--plot")
     extra_tps, extra_shapes = split_trailing(ctx.args)
     if reps < 1 or input_sets < 1 or verify_max_len < 1:
@@ -73,7 +84,8 @@ def command(
     req = TuneRequest(model=load_model(model), tps=tuple((tp or []) + extra_tps) or (1, 2, 4, 8),
                       shapes=tuple(grid) or DEFAULT_SHAPES, backends=backends, device=device,
                       dtype=DType.parse(dtype, what="--dtype"), verify_max_len=verify_max_len,
-                      num_input_sets=input_sets, timing=TimingPlan(max_reps=reps, min_reps=min(3, reps)))
+                      num_input_sets=input_sets, timing=TimingPlan(max_reps=reps, min_reps=min(3, reps)),
+                      rank_by=RankBy.parse(rank_by))
     from hybridserve.kernels.cases import model_heads
 
     for t in req.tps:
@@ -86,6 +98,18 @@ def command(
         print_json(to_dict(profile))
     else:
         _render(profile, out, plot or out.with_suffix(".png"))
+
+
+def _merge(paths: list[Path], out: Path, as_json: bool) -> None:
+    from hybridserve.kernels.merge import merge_profiles
+    from hybridserve.kernels.tuned_profile import read_profile, to_dict, write_profile
+
+    profile = merge_profiles([(str(p), read_profile(p)) for p in paths])
+    write_profile(profile, out)
+    if as_json:
+        print_json(to_dict(profile))
+    else:
+        _render(profile, out, None)
 
 
 def _progress(num_shapes: int, *, quiet: bool):
@@ -113,7 +137,7 @@ def _progress(num_shapes: int, *, quiet: bool):
     return bar()
 
 
-def _render(profile, out: Path, plot: Path) -> None:
+def _render(profile, out: Path, plot: Path | None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -122,25 +146,30 @@ def _render(profile, out: Path, plot: Path) -> None:
     def ms(x):
         return f"{x:.3f}" if x else "-"
 
-    table = Table(title=f"GDN prefill tune: {profile.model}, {profile.dtype}, {profile.gpu} (median ms)")
-    for col in ("TP", "heads k/v", "shape", "winner", "ms", "fla", "FI auto", "x fla", "x FI auto", "vs best"):
+    table = Table(title=f"GDN prefill tune: {profile.model}, {profile.dtype}, {profile.gpu} (median ms; winners by "
+                        f"{profile.rank_by})")
+    for col in ("TP", "heads k/v", "shape", "winner", "gpu", "host", "latency", "1st call", "fla", "FI auto",
+                "x fla", "x FI auto", "vs best"):
         table.add_column(col, no_wrap=col == "winner", justify="left" if col == "winner" else "right")
     for e in profile.entries:
+        label, ranked = e.winner.label, profile.ranked_times(e)
         table.add_row(str(e.tp), f"{e.num_key_heads}/{e.num_value_heads}", f"{e.num_seqs}x{e.seq_len}",
-                      escape(e.winner.label), ms(e.winner_ms), ms(e.fla_ms), ms(e.flashinfer_auto_ms),
+                      escape(label), ms(e.winner_ms), ms(e.host_ms.get(label)), ms(e.latency_ms.get(label)),
+                      ms(e.first_call_ms.get(label)), ms(e.fla_ms), ms(e.flashinfer_auto_ms),
                       f"{e.fla_ms / e.winner_ms:.2f}" if e.fla_ms else "-",
                       f"{e.flashinfer_auto_ms / e.winner_ms:.2f}" if e.flashinfer_auto_ms else "-",
-                      f"{100 * (e.winner_ms / e.best_ms - 1):+.1f}%")
+                      f"{100 * (ranked[label] / min(ranked.values()) - 1):+.1f}%" if label in ranked else "-")
     out_console.print(table)
     s = summarize(profile)
 
     def x(v):
         return f"{v:.2f}x" if v else "n/a"
 
-    out_console.print(f"geomean speedup: vs fla {x(s.speedup_vs_fla)}, vs FlashInfer auto "
-                      f"{x(s.speedup_vs_flashinfer_auto)}, vs best fixed setting ({escape(str(s.best_fixed_setting))}) "
-                      f"{x(s.speedup_vs_best_fixed)}; worst loss to the best setting on a shape "
+    out_console.print(f"geomean speedup (gpu time): vs fla {x(s.speedup_vs_fla)}, vs FlashInfer auto "
+                      f"{x(s.speedup_vs_flashinfer_auto)} (host-inclusive {x(s.latency_speedup_vs_flashinfer_auto)}), "
+                      f"vs best fixed setting ({escape(str(s.best_fixed_setting))}) {x(s.speedup_vs_best_fixed)}; "
+                      f"worst loss to the best setting on a shape ({profile.rank_by}) "
                       f"{100 * s.worst_loss_vs_best:.1f}%", highlight=False)
     out_console.print(f"closest single vLLM setting: gdn_prefill_backend={profile.vllm_gdn_prefill_backend} "
                       f"{profile.vllm_setting_geomean_ms}", highlight=False)
-    out_console.print(f"wrote {out} and {plot}", highlight=False)
+    out_console.print(f"wrote {out}" + (f" and {plot}" if plot else ""), highlight=False)

@@ -81,7 +81,7 @@ def _as_dict(report) -> dict:
         "unavailable": [{"backend": n, "reason": r} for n, r in report.unavailable],
         "results": [{"backend": r.backend, "knobs": r.knobs, "case": r.case_id, "status": r.status.value,
                      "o_error": r.o_error, "state_error": r.state_error, "tolerance": r.tolerance,
-                     "reason": r.reason} for r in report.results],
+                     "reason": r.reason, "call_ms": r.call_ms} for r in report.results],
     }
 
 

@@ -4,7 +4,8 @@ Conversions at this edge only: FlashInfer's gate is linear (alpha = exp(g); log-
 is [N, Hv, V, K] (the transpose of ours), cu_seqlens is required, head size must be 128. A missing initial state
 is passed as zeros, as vLLM's adapter does, so one compiled specialization serves both cases.
 Knobs: use_cp in {auto, False, True} (context parallelism across a sequence's chunks) and, with CP, the CP chunk
-length (a multiple of 512 here; FlashInfer's granularity).
+length (a multiple of 512 here; FlashInfer's granularity). FlashInfer 0.6 (vLLM 0.26's pin) has no CP chunk length
+and no `max_seqlen`: those are passed only where the installed version takes them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import collections
 import functools
 import importlib
+import inspect
 from typing import Any
 
 import torch
@@ -25,6 +27,15 @@ CP_CHUNK_LENGTHS = (512, 1024, 2048, 4096)
 @functools.cache
 def _load() -> Any:
     return importlib.import_module("flashinfer.gdn_prefill")
+
+
+@functools.cache
+def _accepts(name: str) -> bool:
+    """Does the installed `chunk_gated_delta_rule` take this keyword? (False where FlashInfer does not import.)"""
+    try:
+        return name in inspect.signature(_load().chunk_gated_delta_rule).parameters
+    except Exception:  # noqa: BLE001 (not importable here: availability() says why)
+        return False
 
 
 class FlashInferBackend(Backend):
@@ -51,7 +62,8 @@ class FlashInferBackend(Backend):
     def knob_space(self, shape: GdnShape) -> list[KnobSetting]:
         settings: list[KnobSetting] = [(("use_cp", "auto"),), (("use_cp", False),), (("use_cp", True),)]
         longest = max(shape.seqlens, default=0)
-        settings += [(("use_cp", True), ("cp_chunk_len", n)) for n in CP_CHUNK_LENGTHS if n < longest]
+        if _accepts("_cp_chunk_len"):
+            settings += [(("use_cp", True), ("cp_chunk_len", n)) for n in CP_CHUNK_LENGTHS if n < longest]
         return settings
 
     def __init__(self) -> None:
@@ -76,10 +88,12 @@ class FlashInferBackend(Backend):
             state = initial_state.transpose(-1, -2).contiguous()
         # FlashInfer leaves the final state of an empty sequence unwritten: prefill it with the initial state then.
         output_state = state.clone() if self._has_empty(cu_seqlens) else None
+        extra = {"max_seqlen": max_seqlen} if _accepts("max_seqlen") else {}
+        if "cp_chunk_len" in knobs:
+            extra["_cp_chunk_len"] = knobs["cp_chunk_len"]
         o, final = _load().chunk_gated_delta_rule(
             q.contiguous(), k.contiguous(), v.contiguous(), g=torch.exp(g.float()), beta=beta.float(),
             scale=scale, initial_state=state, output_final_state=True, cu_seqlens=cu_seqlens,
-            output_state=output_state,
-            use_cp=knobs.get("use_cp", "auto"), _cp_chunk_len=knobs.get("cp_chunk_len"), max_seqlen=max_seqlen,
+            output_state=output_state, use_cp=knobs.get("use_cp", "auto"), **extra,
         )
         return o, (final.transpose(-1, -2) if output_final_state else None)

@@ -23,15 +23,22 @@ class Dispatch:
         return cls(read_profile(Path(path)))
 
     def nearest(self, *, num_key_heads: int, num_value_heads: int, seqlens: list[int]) -> TunedEntry:
-        """Same heads; then the closest bucket in log(num_seqs) + log(mean length)."""
+        """Same heads; then the closest bucket in log(num_seqs) + log(mean length). Empty sequences do not count."""
+        num_seqs = max(1, sum(1 for n in seqlens if n > 0))
+        return self.nearest_bucket(num_key_heads=num_key_heads, num_value_heads=num_value_heads, num_seqs=num_seqs,
+                                   num_tokens=sum(seqlens))
+
+    def nearest_bucket(self, *, num_key_heads: int, num_value_heads: int, num_seqs: int,
+                       num_tokens: int) -> TunedEntry:
+        """As `nearest`, from host-side counts only (a server knows them without reading cu_seqlens)."""
         rows = [e for e in self.profile.entries
                 if (e.num_key_heads, e.num_value_heads) == (num_key_heads, num_value_heads)]
         if not rows:
             known = sorted({(e.num_key_heads, e.num_value_heads) for e in self.profile.entries})
             raise InputError(f"heads {num_key_heads}/{num_value_heads}: not in the tuned profile; tuned "
                              f"key/value heads: {', '.join(f'{k}/{v}' for k, v in known)}")
-        num_seqs = max(1, sum(1 for n in seqlens if n > 0))
-        mean_len = max(1.0, sum(seqlens) / num_seqs)
+        num_seqs = max(1, num_seqs)
+        mean_len = max(1.0, num_tokens / num_seqs)
 
         def distance(e: TunedEntry) -> float:
             return abs(math.log(num_seqs / e.num_seqs)) + abs(math.log(mean_len / e.seq_len))

@@ -6,12 +6,12 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.kernels.backend import Backend
 from hybridserve.kernels.backend_fla import FlaBackend
 from hybridserve.kernels.backend_flashinfer import FlashInferBackend
-from hybridserve.kernels.backend_fused import FusedTritonBackend
+from hybridserve.kernels.backend_flashqla import FlashQlaBackend
 from hybridserve.kernels.backend_torch import TorchBackend
 from hybridserve.kernels.backend_vllm_cpu import VllmCpuBackend
 
 _BACKENDS: dict[str, Backend] = {b.name: b for b in (TorchBackend(), VllmCpuBackend(), FlaBackend(),
-                                                      FlashInferBackend(), FusedTritonBackend())}
+                                                      FlashInferBackend(), FlashQlaBackend())}
 
 
 def register(backend: Backend) -> None:

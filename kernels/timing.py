@@ -4,8 +4,10 @@ that caches do not flatter small shapes.
 On GPU the clock is CUDA events around the call, with the GPU kept busy (`torch.cuda._sleep`) while the host
 enqueues it: the events then see the call's GPU time, as in a model's forward pass where the host runs ahead of
 the GPU. The host time to enqueue a call is measured too (it is what a call costs when the host does not run
-ahead). A call that syncs with the host inside loses that lead, and its wait shows in its GPU time. On CPU the
-clock is perf_counter.
+ahead). A call that syncs with the host inside loses that lead, and its wait shows in its GPU time. Host-inclusive
+latency is the wall time of one call from an idle GPU to its end (synchronize, call, synchronize): what a call
+costs when nothing overlaps it, host enqueue and GPU work in series. On CPU the clock is perf_counter and the
+three numbers are one.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class TimingPlan:
 class Samples:
     device_ms: list[float]  # GPU time (events) on CUDA, wall time on CPU
     host_ms: list[float]  # time for the call to return on the host
+    latency_ms: list[float]  # host-inclusive: idle GPU -> call -> synchronized (CPU: the wall time)
 
 
 def _host_ms(call: Callable[[], object]) -> float:
@@ -52,7 +55,7 @@ def time_calls(calls: list[Callable[[], object]], device: torch.device, plan: Ti
         host.append(_host_ms(calls[i % len(calls)]))
         if i + 1 >= plan.min_reps and time.perf_counter() - started > plan.max_seconds:
             break
-    return Samples(device_ms=host, host_ms=host)
+    return Samples(device_ms=host, host_ms=host, latency_ms=host)
 
 
 def _time_cuda(calls: list[Callable[[], object]], plan: TimingPlan, lead_ms: float) -> Samples:
@@ -68,7 +71,23 @@ def _time_cuda(calls: list[Callable[[], object]], plan: TimingPlan, lead_ms: flo
         torch.cuda.synchronize()  # one call at a time: the next sleep starts from an idle queue
         if i + 1 >= plan.min_reps and time.perf_counter() - started > plan.max_seconds:
             break
-    return Samples(device_ms=[s.elapsed_time(e) for s, e in events], host_ms=host)
+    return Samples(device_ms=[s.elapsed_time(e) for s, e in events], host_ms=host,
+                   latency_ms=[_latency_ms(calls[i % len(calls)]) for i in range(len(events))])
+
+
+def _latency_ms(call: Callable[[], object]) -> float:
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    call()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def first_call_ms(call: Callable[[], object], device: torch.device) -> float:
+    """Wall time of one call, synchronized on CUDA: for a setting's first call, its compile (JIT) time included."""
+    if device.type != "cuda":
+        return _host_ms(call)
+    return _latency_ms(call)
 
 
 def median_ms(samples: list[float]) -> float:

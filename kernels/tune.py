@@ -2,6 +2,9 @@
 
 Pass 1 picks the winner; pass 2 (fresh repetitions, reverse order) gives the numbers that are reported, so the
 winner's own timing noise cannot flatter it: `winner_ms / best_ms` is what dispatch loses to the best setting.
+Each pass records GPU time, host (enqueue) time and host-inclusive latency; `rank_by` says which one picks.
+The verify call before timing is each setting's first call on the bucket: its wall time is the first-call
+(compile) time, a JIT's cost on a new shape class.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from hybridserve.kernels.cases import VerifyCase, model_heads
 from hybridserve.kernels.grid import BatchShape
 from hybridserve.kernels.inputs import GdnShape, make_inputs
 from hybridserve.kernels.summary import closest_vllm_setting, environment
-from hybridserve.kernels.timing import TimingPlan, median_ms, time_calls
-from hybridserve.kernels.tuned_profile import Choice, TunedEntry, TunedProfile
+from hybridserve.kernels.timing import Samples, TimingPlan, median_ms, time_calls
+from hybridserve.kernels.tuned_profile import Choice, RankBy, TunedEntry, TunedProfile
 from hybridserve.kernels.verify import TOLERANCES, TORCH_DTYPES, Status, check_one
 
 Progress = Callable[[str], None]
@@ -38,10 +41,30 @@ class TuneRequest:
     verify_max_len: int = 4096  # the pre-timing check runs on the shape with lengths capped here
     num_input_sets: int = 3
     timing: TimingPlan = TimingPlan()
+    rank_by: RankBy = RankBy.GPU
 
 
-def _candidates(req: TuneRequest, shape: GdnShape, rejected: dict[str, str]) -> list[Choice]:
-    """Every supported setting that passes the judge on the capped shape; the others land in `rejected`."""
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """Medians of one setting in one pass (ms)."""
+
+    gpu_ms: float
+    host_ms: float
+    latency_ms: float
+
+    @classmethod
+    def of(cls, samples: Samples) -> Measured:
+        return cls(gpu_ms=median_ms(samples.device_ms), host_ms=median_ms(samples.host_ms),
+                   latency_ms=median_ms(samples.latency_ms))
+
+    def key(self, rank_by: RankBy) -> float:
+        return self.gpu_ms if rank_by is RankBy.GPU else self.latency_ms
+
+
+def _candidates(req: TuneRequest, shape: GdnShape, rejected: dict[str, str],
+                first_call: dict[Choice, float]) -> list[Choice]:
+    """Every supported setting that passes the judge on the capped shape; the others land in `rejected`.
+    `first_call` gets each setting's verify-call wall time (its first call on this bucket)."""
     capped = GdnShape(**{**shape.__dict__, "seqlens": tuple(min(n, req.verify_max_len) for n in shape.seqlens)})
     x = make_inputs(capped, dtype=TORCH_DTYPES[req.dtype], device=req.device, seed=7)
     expected = naive.gdn_prefill(**x.as_kwargs())
@@ -54,16 +77,19 @@ def _candidates(req: TuneRequest, shape: GdnShape, rejected: dict[str, str]) -> 
             continue
         for knobs in b.knob_space(shape):
             result = check_one(b, knobs, case, x, expected, TOLERANCES[req.dtype])
+            choice = Choice(backend=b.name, knobs=knobs)
+            if result.call_ms is not None:
+                first_call[choice] = result.call_ms
             if result.status is Status.PASS:
-                found.append(Choice(backend=b.name, knobs=knobs))
+                found.append(choice)
             else:
                 why = result.reason or f"o err {result.o_error:.2e}, state err {result.state_error:.2e}"
-                rejected[Choice(backend=b.name, knobs=knobs).label] = f"{result.status.value}: {why}"
+                rejected[choice.label] = f"{result.status.value}: {why}"
     return found
 
 
 def _time_all(req: TuneRequest, shape: GdnShape, choices: list[Choice], progress: Progress | None,
-              ) -> tuple[dict[Choice, float], dict[Choice, float], dict[Choice, float]]:
+              ) -> tuple[dict[Choice, Measured], dict[Choice, Measured]]:
     sets = [make_inputs(shape, dtype=TORCH_DTYPES[req.dtype], device=req.device, seed=s)
             for s in range(req.num_input_sets)]
     by_name = {b.name: b for b in req.backends}
@@ -73,16 +99,15 @@ def _time_all(req: TuneRequest, shape: GdnShape, choices: list[Choice], progress
         return [lambda x=x: fn(**x.as_kwargs(), output_final_state=True, max_seqlen=max(shape.seqlens), **knobs)
                 for x in sets]
 
-    passes: list[dict[Choice, float]] = [{}, {}]
-    host: dict[Choice, float] = {}
+    passes: list[dict[Choice, Measured]] = [{}, {}]
     for i, order in enumerate((choices, list(reversed(choices)))):
         for c in order:
-            samples = time_calls(calls(c), req.device, req.timing)
-            passes[i][c], host[c] = median_ms(samples.device_ms), median_ms(samples.host_ms)
+            m = passes[i][c] = Measured.of(time_calls(calls(c), req.device, req.timing))
             if progress:
-                progress(f"pass {i + 1} {c.label} {passes[i][c]:.4f} ms (host {host[c]:.4f} ms)")
+                progress(f"pass {i + 1} {c.label} {m.gpu_ms:.4f} ms (host {m.host_ms:.4f}, latency "
+                         f"{m.latency_ms:.4f} ms)")
     del sets
-    return passes[0], passes[1], host
+    return passes[0], passes[1]
 
 
 def tune_shape(req: TuneRequest, tp: int, batch: BatchShape, progress: Progress | None = None) -> TunedEntry | None:
@@ -91,26 +116,32 @@ def tune_shape(req: TuneRequest, tp: int, batch: BatchShape, progress: Progress 
     shape = GdnShape(seqlens=(batch.seq_len,) * batch.num_seqs, num_key_heads=hk, num_value_heads=hv,
                      key_head_dim=gdn.key_head_dim, value_head_dim=gdn.value_head_dim)
     rejected: dict[str, str] = {}
-    choices = _candidates(req, shape, rejected)
+    first_call: dict[Choice, float] = {}
+    choices = _candidates(req, shape, rejected, first_call)
     if not choices:
         return None
-    first, confirm, host = _time_all(req, shape, choices, progress)
-    ranked = tuple(sorted(choices, key=lambda c: first[c]))
+    first, confirm = _time_all(req, shape, choices, progress)
+    ranked = tuple(sorted(choices, key=lambda c: first[c].key(req.rank_by)))
     winner = ranked[0]
 
-    def time_of(backend: str, knobs: tuple) -> float | None:
-        return confirm.get(Choice(backend=backend, knobs=knobs))
+    def gpu_of(backend: str, knobs: tuple) -> float | None:
+        m = confirm.get(Choice(backend=backend, knobs=knobs))
+        return m.gpu_ms if m else None
+
+    def table(metric: Callable[[Measured], float], measured: dict[Choice, Measured]) -> dict[str, float]:
+        return {c.label: round(metric(measured[c]), 5) for c in ranked}
 
     if req.device.type == "cuda":
         torch.cuda.empty_cache()
     return TunedEntry(
         tp=tp, num_key_heads=hk, num_value_heads=hv, key_head_dim=gdn.key_head_dim, value_head_dim=gdn.value_head_dim,
-        num_seqs=batch.num_seqs, seq_len=batch.seq_len, winner=winner, winner_ms=round(confirm[winner], 5),
-        best_ms=round(min(confirm.values()), 5), fla_ms=time_of("fla", ()),
-        flashinfer_auto_ms=time_of("flashinfer", (("use_cp", "auto"),)),
-        times_ms={c.label: round(confirm[c], 5) for c in ranked},
-        first_pass_ms={c.label: round(first[c], 5) for c in ranked},
-        host_ms={c.label: round(host[c], 5) for c in ranked}, rejected=rejected, ranked=ranked,
+        num_seqs=batch.num_seqs, seq_len=batch.seq_len, winner=winner, winner_ms=round(confirm[winner].gpu_ms, 5),
+        best_ms=round(min(m.gpu_ms for m in confirm.values()), 5), fla_ms=gpu_of("fla", ()),
+        flashinfer_auto_ms=gpu_of("flashinfer", (("use_cp", "auto"),)),
+        times_ms=table(lambda m: m.gpu_ms, confirm), first_pass_ms=table(lambda m: m.key(req.rank_by), first),
+        host_ms=table(lambda m: m.host_ms, confirm), latency_ms=table(lambda m: m.latency_ms, confirm),
+        first_call_ms={c.label: first_call[c] for c in ranked if c in first_call},
+        rejected=rejected, ranked=ranked,
     )
 
 
@@ -133,5 +164,5 @@ def run_tune(req: TuneRequest, progress: Progress | None = None) -> TunedProfile
         timing={"num_warmup": req.timing.num_warmup, "max_reps": req.timing.max_reps,
                 "num_input_sets": req.num_input_sets, "statistic": "median", "verify_max_len": req.verify_max_len,
                 "clock": "cuda events" if req.device.type == "cuda" else "perf_counter"},
-        entries=tuple(entries),
+        entries=tuple(entries), rank_by=req.rank_by.value,
     )

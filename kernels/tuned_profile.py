@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -10,10 +11,23 @@ from typing import Any
 
 import yaml
 
+from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.errors import InputError
 from hybridserve.kernels.backend import KnobSetting, knob_label
 
 SCHEMA = "hybridserve.tuned-gdn-prefill/1"
+
+
+class RankBy(enum.Enum):
+    """What picks a bucket's winner: GPU time (the host runs ahead, as in a model's forward pass) or host-inclusive
+    latency (host enqueue and GPU work in series: what a call costs when the host cannot run ahead)."""
+
+    GPU = "gpu"
+    HOST = "host"
+
+    @classmethod
+    def parse(cls, text: str) -> RankBy:
+        return parse_choice(cls, text, what="--rank-by")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,8 +55,10 @@ class TunedEntry:
     fla_ms: float | None
     flashinfer_auto_ms: float | None
     times_ms: dict[str, float]  # every verified setting, confirmation pass
-    first_pass_ms: dict[str, float] = field(default_factory=dict)  # the pass that picked the winner
+    first_pass_ms: dict[str, float] = field(default_factory=dict)  # the pass that picked the winner (rank metric)
     host_ms: dict[str, float] = field(default_factory=dict)  # host time to enqueue one call (confirmation pass)
+    latency_ms: dict[str, float] = field(default_factory=dict)  # host-inclusive latency of one call (confirmation)
+    first_call_ms: dict[str, float] = field(default_factory=dict)  # wall time of the first call (compile included)
     rejected: dict[str, str] = field(default_factory=dict)  # setting -> why (wrong result, raised)
     ranked: tuple[Choice, ...] = ()  # verified settings, fastest first (dispatch falls back along it)
 
@@ -59,6 +75,11 @@ class TunedProfile:
     vllm_setting_geomean_ms: dict[str, float]
     timing: dict[str, Any]
     entries: tuple[TunedEntry, ...]
+    rank_by: str = RankBy.GPU.value  # what picked each winner (profiles before issue 13: GPU-side timing)
+
+    def ranked_times(self, entry: TunedEntry) -> dict[str, float]:
+        """The confirmation-pass times in the metric that ranked the settings."""
+        return entry.times_ms if self.rank_by == RankBy.GPU.value else entry.latency_ms
 
 
 def _choice_dict(c: Choice) -> dict:

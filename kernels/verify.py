@@ -15,6 +15,7 @@ from hybridserve.kernels.backend import Backend, KnobSetting, knob_label
 from hybridserve.kernels.cases import VerifyCase
 from hybridserve.kernels.inputs import GdnInputs, make_inputs
 from hybridserve.kernels.metrics import error_of
+from hybridserve.kernels.timing import first_call_ms
 
 # Relative L2 tolerance on o and on the final state, per input dtype. bf16 kernels were seen at a few 1e-3 (fla,
 # FlashInfer); a wrong gate, a lost state or a swapped layout lands at O(1).
@@ -45,6 +46,7 @@ class CaseResult:
     state_error: float | None = None
     tolerance: float
     reason: str | None = None
+    call_ms: float | None = None  # wall time of the kernel call (synchronized on CUDA): compile time on a first call
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,15 +72,21 @@ def check_one(backend: Backend, knobs: KnobSetting, case: VerifyCase, x: GdnInpu
     ok, reason = backend.supports(case.shape, x.q.dtype, x.q.device)
     if not ok:
         return CaseResult(**base, status=Status.UNSUPPORTED, reason=reason)
+    out: list = []
+
+    def call() -> None:
+        out.append(backend.prefill(**x.as_kwargs(), output_final_state=True,
+                                   max_seqlen=max(case.shape.seqlens, default=0), **dict(knobs)))
+
     try:
-        o, state = backend.prefill(**x.as_kwargs(), output_final_state=True,
-                                   max_seqlen=max(case.shape.seqlens, default=0), **dict(knobs))
+        call_ms = first_call_ms(call, x.q.device)
     except Exception as exc:  # a kernel that raises fails its case with the reason, verify goes on
         return CaseResult(**base, status=Status.ERROR, reason=f"{type(exc).__name__}: {exc}"[:200])
+    (o, state), = out
     o_err, state_err = error_of(o, expected[0]), error_of(state, expected[1])
     passed = o_err.is_within(tolerance) and state_err.is_within(tolerance)
     return CaseResult(**base, status=Status.PASS if passed else Status.FAIL, o_error=o_err.relative_l2,
-                      state_error=state_err.relative_l2)
+                      state_error=state_err.relative_l2, call_ms=round(call_ms, 3))
 
 
 def run_verify(

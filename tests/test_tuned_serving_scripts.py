@@ -1,0 +1,79 @@
+"""The H200 scripts' CPU-testable parts: the 397B-geometry model maker and the tuned-vs-default serving benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from hybridserve.core.model.profiles import load_model
+from hybridserve.core.vllm_plugin import settings
+from hybridserve.kernels.cases import model_heads
+
+from _gdn_profiles import two_bucket_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load(path: str):
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load("benchmarks/tuned_serving.py")
+maker = _load("scripts/make_gdn_bench_model.py")
+
+
+def test_bench_model_has_the_397b_gdn_heads_of_one_rank(tmp_path) -> None:
+    pytest.importorskip("transformers")
+    out = maker.build(tmp_path / "m", tp=4, num_layers=4, hidden_size=128)
+    spec = load_model(str(out))
+    assert (spec.gdn.num_key_heads, spec.gdn.num_value_heads) == model_heads(load_model("qwen3.5-397b-a17b"), 4)
+    assert (spec.gdn.key_head_dim, spec.gdn.value_head_dim, spec.gdn.conv_kernel) == (128, 128, 4)
+    assert not (tmp_path / "m.tmp").exists() and (out / "tokenizer.json").is_file()
+
+
+@pytest.mark.parametrize("tp, layers, needle", [(3, 4, "--tp 3"), (2, 6, "--layers 6")])
+def test_bench_model_refuses_a_tp_or_layer_count_it_cannot_make(tp, layers, needle) -> None:
+    with pytest.raises(SystemExit, match=needle):
+        maker.geometry(tp, num_layers=layers, hidden_size=128)
+
+
+def test_prompts_are_deterministic_distinct_and_of_the_asked_lengths() -> None:
+    mix = bench.mix_prompts([16, 64], [3, 1])
+    assert [len(p) for p in mix] == [16, 16, 16, 64]
+    assert len({tuple(p) for p in mix}) == 4 and bench.mix_prompts([16, 64], [3, 1]) == mix
+    assert min(min(p) for p in mix) >= 50
+
+
+def _result(ttft: dict, tok_s: float, greedy: dict) -> dict:
+    return {"ttft_median_s": ttft, "throughput": {"prefill_tok_per_s": tok_s}, "greedy_tokens": greedy}
+
+
+def test_comparison_reports_speedups_and_token_identity() -> None:
+    default = _result({"1024": 0.2, "8192": 1.0}, 1000.0, {"1024": ["a", "b"], "8192": ["c"]})
+    tuned = _result({"1024": 0.1, "8192": 1.25}, 1250.0, {"1024": ["a", "b"], "8192": ["d"]})
+    assert bench.compare(default, tuned) == {
+        "ttft_speedup": {"1024": 2.0, "8192": 0.8}, "ttft_never_slower": False, "prefill_throughput_ratio": 1.25,
+        "greedy_identical": {"1024": True, "8192": False}}
+
+
+def test_bucket_lines_are_cut_from_the_server_log() -> None:
+    log = ("INFO 12-01 [x.py:1] hybridserve: GDN prefill bucket TP1 1x16 (heads 2/2) -> torch[chunk_size=64]\n"
+           "INFO 12-01 other line\n")
+    assert bench.bucket_lines(log) == ["hybridserve: GDN prefill bucket TP1 1x16 (heads 2/2) -> torch[chunk_size=64]"]
+
+
+def test_the_two_configurations_differ_only_by_the_tuned_profile(tmp_path) -> None:
+    args = argparse.Namespace(model=ROOT / "profiles" / "tiny-qwen3.5-recall", device="cpu", tp=1,
+                              lengths=[64, 512], mix=[4, 1], extra_arg=[], base_port=8000,
+                              profile=two_bucket_profile(tmp_path / "p.yaml"))
+    configs = bench.topologies(args)
+    default, tuned = configs["default"].decode[0], configs["tuned"].decode[0]
+    assert settings.GDN_DISPATCH_PROFILE not in dict(default.env)
+    assert dict(tuned.env)[settings.GDN_DISPATCH_PROFILE] == str((tmp_path / "p.yaml").resolve())
+    assert configs["tuned"].engine == configs["default"].engine and configs["default"].engine.max_model_len == 576
