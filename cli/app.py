@@ -6,9 +6,11 @@ import typer
 
 from hybridserve.cli import launch, plan, transfer, tune, validate, verify
 from hybridserve.cli.guard import guarded
+from hybridserve.cli.help import HelpCommand, HelpGroup
 
 app = typer.Typer(
     name="hybridserve",
+    cls=HelpGroup,
     help="Plan, tune, launch and validate hybrid GDN + attention models on vLLM with P/D over NIXL.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -22,13 +24,13 @@ def _root() -> None:
 
 
 # Register only commands that work. Each command module exposes `command`; sub-apps expose `app`.
-app.command("plan")(guarded(plan.command))
+app.command("plan", cls=HelpCommand)(guarded(plan.command))
 # verify/tune take `--tp 1 2 4 8` and `--shapes 1x1024 4x4096`: the values after the first arrive as extra args.
 _MANY = {"allow_extra_args": True}
-app.command("verify", context_settings=_MANY)(guarded(verify.command))
-app.command("tune", context_settings=_MANY)(guarded(tune.command))
-app.command("launch")(guarded(launch.command))
-app.command("validate")(guarded(validate.command))
+app.command("verify", cls=HelpCommand, context_settings=_MANY)(guarded(verify.command))
+app.command("tune", cls=HelpCommand, context_settings=_MANY)(guarded(tune.command))
+app.command("launch", cls=HelpCommand)(guarded(launch.command))
+app.command("validate", cls=HelpCommand)(guarded(validate.command))
 app.add_typer(transfer.app, name="transfer")
 
 

@@ -9,10 +9,11 @@ import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
 from hybridserve.cli.guard import guarded
+from hybridserve.cli.help import HelpCommand, HelpGroup
 from hybridserve.cli.options import JsonOpt, ModelOpt
 from hybridserve.core.common.errors import InputError
 
-app = typer.Typer(help="NIXL transfer of KV cache and GDN state between local rank processes.",
+app = typer.Typer(cls=HelpGroup, help="NIXL transfer of KV cache and GDN state between local rank processes.",
                   no_args_is_help=True, add_completion=False)
 
 
@@ -78,4 +79,4 @@ def bench(
         out_console.print(report.table(result))
 
 
-app.command("bench")(guarded(bench))
+app.command("bench", cls=HelpCommand)(guarded(bench))
