@@ -66,13 +66,25 @@ def _check_same_blocks(prefill: RankLayout, decode: RankLayout) -> None:
     """vLLM's hybrid allocator over NIXL needs the same logical block size on both sides (block_size_ratio 1)."""
     if prefill.block_size == decode.block_size:
         return
-    common = max(prefill.block_size, decode.block_size)
-    for candidate in range(common, 16 * common + 1, 16):
-        a = plan_layout(replace(prefill.request, block_size=candidate))
-        b = plan_layout(replace(decode.request, block_size=candidate))
+    start = max(prefill.block_size, decode.block_size)
+    why = (f"--decode-tp {decode.request.tp}: prefill TP{prefill.request.tp} gets {prefill.block_size}-token blocks, "
+           f"decode TP{decode.request.tp} gets {decode.block_size}; vLLM needs them equal")
+    size = _common_block_size(prefill.request, decode.request, start)
+    if size is None:
+        raise InputError(f"{why}, and no --block-size from {start} to {16 * start} gives both the same: "
+                         f"accepted: --decode-tp {prefill.request.tp}")
+    raise InputError(f"{why}: accepted: --block-size {size}")
+
+
+def _common_block_size(prefill: LayoutRequest, decode: LayoutRequest, start: int) -> int | None:
+    """The smallest --block-size (multiples of 16 from `start`, up to 16x) for which both sides' layouts, planned
+    with it, have equal logical blocks; None when none does. Only a size both layouts confirmed is suggested."""
+    for candidate in range(start, 16 * start + 1, 16):
+        try:
+            a = plan_layout(replace(prefill, block_size=candidate))
+            b = plan_layout(replace(decode, block_size=candidate))
+        except InputError:  # a side's backend refuses this size (e.g. not a multiple of its kernel block)
+            continue
         if a.block_size == b.block_size:
-            break
-    raise InputError(
-        f"--decode-tp {decode.request.tp}: prefill TP{prefill.request.tp} gets {prefill.block_size}-token blocks, "
-        f"decode TP{decode.request.tp} gets {decode.block_size}; vLLM needs them equal: "
-        f"accepted: --block-size {candidate}")
+            return candidate
+    return None
