@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -11,3 +11,27 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Profile name, conf
 JsonOpt = Annotated[bool, typer.Option("--json", metavar="", help="Print only the result as JSON on stdout.")]
 YamlOpt = Annotated[bool, typer.Option("--yaml", metavar="", help="Print only the result as YAML on stdout.")]
 DtypeOpt = Annotated[str, typer.Option(help="auto, bfloat16, float16 or float32.")]
+# verify/tune: `--tp 1 2 4 8`; the values after the first arrive as extra arguments (see `trailing_values`).
+TpsOpt = Annotated[Optional[list[int]], typer.Option("--tp", help="TP sizes: --tp 1 2 4 8 (default: 1 2 4 8).")]
+DEFAULT_TPS = (1, 2, 4, 8)
+
+
+def trailing_values(tp: list[int] | None, extra: list[str], *,
+                    takes_shapes: bool = False) -> tuple[tuple[int, ...], list[str]]:
+    """Typer options take one value each, so `--tp 1 2 4 8 --shapes 1x1024 4x4096` leaves '2 4 8 4x4096' as extra
+    arguments (commands registered with allow_extra_args). Integers are more TP sizes; NxL texts are more batch
+    shapes where the command takes them (`takes_shapes`); anything else is refused. Returns the TP sizes (default
+    DEFAULT_TPS) and the shape texts."""
+    from hybridserve.core.common.errors import InputError
+    from hybridserve.kernels.grid import is_shape_text
+
+    tps, shapes = list(tp or []), []
+    for value in extra:
+        if value.strip().isdigit():
+            tps.append(int(value))
+        elif takes_shapes and is_shape_text(value):
+            shapes.append(value)
+        else:
+            accepted = "after --tp: integers" + (", after --shapes: NxL" if takes_shapes else "")
+            raise InputError(f"unexpected argument {value!r}; accepted {accepted}")
+    return tuple(tps) or DEFAULT_TPS, shapes

@@ -8,10 +8,8 @@ from typing import Annotated, Optional
 import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
-from hybridserve.cli.options import JsonOpt
+from hybridserve.cli.options import JsonOpt, ModelOpt, TpsOpt, trailing_values
 
-Model = Annotated[str, typer.Option("--model", "-m", help="Model profile, config.json or folder.")]
-Tps = Annotated[Optional[list[int]], typer.Option("--tp", help="TP sizes: --tp 1 2 4 8.")]
 Shapes = Annotated[Optional[list[str]], typer.Option("--shapes", help="Batch shapes NxL: --shapes 1x1024 4x4096.")]
 PromptLengths = Annotated[Optional[Path], typer.Option(help="File of prompt lengths: shapes from p50/p90/p99.")]
 Backends = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend to consider (repeat).")]
@@ -22,8 +20,8 @@ Merge = Annotated[Optional[list[Path]], typer.Option(help="Merge tuned profiles 
 
 def command(
     ctx: typer.Context,
-    model: Model = "qwen3.5-397b-a17b",
-    tp: Tps = None,
+    model: ModelOpt = "qwen3.5-397b-a17b",
+    tp: TpsOpt = None,
     shapes: Shapes = None,
     prompt_lengths: PromptLengths = None,
     backend: Backends = None,
@@ -54,8 +52,7 @@ def command(
     from hybridserve.core.common.errors import InputError
     from hybridserve.core.model.profiles import load_model
     from hybridserve.kernels import registry
-    from hybridserve.kernels.grid import (CPU_DEFAULT_SHAPES, DEFAULT_SHAPES, parse_shape, shapes_from_lengths,
-                                          split_trailing)
+    from hybridserve.kernels.grid import CPU_DEFAULT_SHAPES, DEFAULT_SHAPES, parse_shape, shapes_from_lengths
     from hybridserve.kernels.plot import write_plot
     from hybridserve.kernels.timing import TimingPlan
     from hybridserve.kernels.tune import TuneRequest, run_tune
@@ -68,10 +65,10 @@ def command(
     if merge:
         return _merge(merge, out, as_json)
     check_output_path(plot or out.with_suffix(".png"), "--plot")
-    extra_tps, extra_shapes = split_trailing(ctx.args)
+    tps, extra_shapes = trailing_values(tp, ctx.args, takes_shapes=True)
     if reps < 1 or input_sets < 1 or verify_max_len < 1:
         raise InputError("--reps, --input-sets and --verify-max-len: accepted: integers >= 1")
-    grid = [parse_shape(s) for s in shapes or []] + extra_shapes
+    grid = [parse_shape(s) for s in (shapes or []) + extra_shapes]
     if prompt_lengths is not None:
         grid += shapes_from_lengths(prompt_lengths)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -81,7 +78,7 @@ def command(
         grid = grid or list(CPU_DEFAULT_SHAPES)
         err_console.print("no CUDA GPU here: tuning the CPU backends "
                           f"({', '.join(b.name for b in backends)}) with perf_counter timings{default}")
-    req = TuneRequest(model=load_model(model), tps=tuple((tp or []) + extra_tps) or (1, 2, 4, 8),
+    req = TuneRequest(model=load_model(model), tps=tps,
                       shapes=tuple(grid) or DEFAULT_SHAPES, backends=backends, device=device,
                       dtype=DType.parse(dtype, what="--dtype"), verify_max_len=verify_max_len,
                       num_input_sets=input_sets, timing=TimingPlan(max_reps=reps, min_reps=min(3, reps)),

@@ -7,18 +7,16 @@ from typing import Annotated, Optional
 import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
-from hybridserve.cli.options import JsonOpt
+from hybridserve.cli.options import JsonOpt, ModelOpt, TpsOpt, trailing_values
 
 Backends = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend to check (repeat).")]
-Model = Annotated[str, typer.Option("--model", "-m", help="Model profile, config.json or folder (GDN heads).")]
-Tps = Annotated[Optional[list[int]], typer.Option("--tp", help="TP sizes for the model's shapes: --tp 1 2 4 8.")]
 
 
 def command(
     ctx: typer.Context,
     backend: Backends = None,
-    model: Model = "qwen3.5-397b-a17b",
-    tp: Tps = None,
+    model: ModelOpt = "qwen3.5-397b-a17b",
+    tp: TpsOpt = None,
     dtype: Annotated[str, typer.Option(help="Input dtype of q, k, v: bf16, fp16, fp32.")] = "bf16",
     device: Annotated[Optional[str], typer.Option(help="cpu or cuda; default: cuda when present.")] = None,
     head_dim: Annotated[int, typer.Option(help="Head size of the generic cases.")] = 128,
@@ -41,14 +39,11 @@ def command(
     from hybridserve.kernels.cases import case_matrix
     from hybridserve.kernels.verify import count_steps, require_pass, run_verify
 
-    extra_tps = [int(a) for a in ctx.args if a.isdigit()]
-    if len(extra_tps) != len(ctx.args):
-        raise InputError(f"unexpected arguments {ctx.args}; accepted after --tp: integers")
+    tps, _ = trailing_values(tp, ctx.args)
     if device not in (None, "cpu", "cuda"):
         raise InputError(f"--device {device}: accepted: cpu, cuda")
     in_dtype = DType.parse(dtype, what="--dtype")
     spec = load_model(model)
-    tps = tuple((tp or []) + extra_tps) or (1, 2, 4, 8)
     cases = case_matrix(head_dim=head_dim, long_len=long_len, model=spec, tps=tps)
     backends = registry.select(backend)
     with _progress(count_steps(backends, cases), quiet=as_json) as step:

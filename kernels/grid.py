@@ -49,20 +49,6 @@ def parse_shape(text: str) -> BatchShape:
     return BatchShape(num_seqs=int(m.group(1)), seq_len=int(m.group(2)))
 
 
-def split_trailing(values: list[str]) -> tuple[list[int], list[BatchShape]]:
-    """Typer options take one value each; `--tp 1 2 4 8 --shapes 1x1024 4x4096` leaves '2 4 8 4x4096' as extra
-    arguments. Integers belong to --tp, NxL to --shapes; anything else is refused."""
-    tps, shapes = [], []
-    for v in values:
-        if v.strip().isdigit():
-            tps.append(int(v))
-        elif is_shape_text(v):
-            shapes.append(parse_shape(v))
-        else:
-            raise InputError(f"unexpected argument {v!r}; accepted after --tp: integers, after --shapes: NxL")
-    return tps, shapes
-
-
 def shapes_from_lengths(path: Path, *, max_batch_tokens: int = 32768) -> list[BatchShape]:
     """A prompt-length distribution (one length per line) -> single sequences at p50/p90/p99 and a batch of p50
     prompts filling max_batch_tokens, lengths rounded up to 256."""

@@ -14,7 +14,7 @@ from hybridserve.core.common.errors import CouldNotRunError, InputError
 from hybridserve.kernels import naive, registry
 from hybridserve.kernels.backend_torch import TorchBackend
 from hybridserve.kernels.dispatch import Dispatch
-from hybridserve.kernels.grid import BatchShape, parse_shape, shapes_from_lengths, split_trailing
+from hybridserve.kernels.grid import BatchShape, parse_shape, shapes_from_lengths
 from hybridserve.kernels.inputs import GdnShape, make_inputs
 from hybridserve.kernels.metrics import assert_close
 from hybridserve.kernels.summary import summarize
@@ -131,7 +131,6 @@ def test_summary_numbers() -> None:
 
 def test_grid_parsing(tmp_path: Path) -> None:
     assert parse_shape("16x2048") == BatchShape(num_seqs=16, seq_len=2048)
-    assert split_trailing(["2", "4", "4x4096"]) == ([2, 4], [BatchShape(num_seqs=4, seq_len=4096)])
     for bad in ("16*2048", "0x5", "x"):
         with pytest.raises(InputError, match="--shapes"):
             parse_shape(bad)
