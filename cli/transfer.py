@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -11,17 +12,18 @@ from hybridserve.cli.console import err_console, out_console, print_json
 from hybridserve.cli.guard import guarded
 from hybridserve.cli.help import HelpCommand, HelpGroup
 from hybridserve.cli.options import JsonOpt, ModelOpt
-from hybridserve.core.common.errors import InputError
+from hybridserve.core.common.choices import parse_choice
 
 app = typer.Typer(cls=HelpGroup, help="NIXL transfer of KV cache and GDN state between local rank processes.",
                   no_args_is_help=True, add_completion=False)
 
 
-def _choice(value: str, accepted: tuple[str, ...], what: str) -> str:
-    key = value.strip().lower()
-    if key not in accepted:
-        raise InputError(f"{what} {value}: accepted: {', '.join(accepted)}")
-    return key
+class _Schemes(enum.Enum):
+    """--scheme: one of the descriptor schemes, or both."""
+
+    VLLM = "vllm"
+    OURS = "ours"
+    BOTH = "both"
 
 
 def bench(
@@ -56,11 +58,11 @@ def bench(
     from hybridserve.core.model.profiles import load_model
     from hybridserve.transfer.bench import BenchRequest, Memory, num_steps, run_bench
 
-    picked = _choice(scheme, ("vllm", "ours", "both"), "--scheme")
+    picked = parse_choice(_Schemes, scheme, what="--scheme")
     request = BenchRequest(
         model=load_model(model), prefill_tp=prefill_tp, decode_tp=decode_tp, prompt_tokens=tuple(prompt_len),
-        schemes=(Scheme.VLLM, Scheme.OURS) if picked == "both" else (Scheme(picked),),
-        memory=Memory(_choice(memory, ("dram", "vram"), "--memory")), num_requests=requests,
+        schemes=tuple(Scheme) if picked is _Schemes.BOTH else (Scheme(picked.value),),
+        memory=parse_choice(Memory, memory, what="--memory"), num_requests=requests,
         backend=AttentionBackend.parse(attention_backend), block_size=block_size,
         ssm_dtype=parse_optional(mamba_ssm_cache_dtype, what="--mamba-ssm-cache-dtype"),
         num_speculative_tokens=num_speculative_tokens, timeout_s=timeout)

@@ -77,3 +77,27 @@ def test_model_and_json_options_are_the_shared_ones():
         params = {p.name: p for p in commands[command].params}
         for name, want in shared.items():
             assert (params[name].opts, params[name].help) == (want.opts, want.help), (command, name)
+
+
+@pytest.mark.parametrize("args, line, schemes", [
+    (["--scheme", "fast"], "error: --scheme fast: accepted: vllm, ours, both", None),
+    (["--memory", "hbm"], "error: --memory hbm: accepted: dram, vram", None),
+    (["--scheme", " BOTH "], None, ("vllm", "ours")),
+    (["--scheme", "Ours", "--memory", "DRAM"], None, ("ours",)),
+], ids=["bad-scheme", "bad-memory", "both", "ours"])
+def test_transfer_bench_choices_go_through_parse_choice(monkeypatch, args, line, schemes):
+    from hybridserve.transfer import bench as bench_module
+
+    seen = []
+
+    def fake_run_bench(request, *, on_step=None):
+        seen.append(request)
+        raise _Stop("stop here")
+
+    monkeypatch.setattr(bench_module, "run_bench", fake_run_bench)
+    out = runner.invoke(app, ["transfer", "bench", "-m", "qwen3.5-0.8b", *args])
+    assert out.exit_code == 2
+    if line is not None:
+        assert out.output.strip() == line and not seen
+    else:
+        assert tuple(s.value for s in seen[0].schemes) == schemes and seen[0].memory.value == "dram"
