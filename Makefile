@@ -2,11 +2,17 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PIP    := $(VENV)/bin/pip
-STAMP  := $(VENV)/.hybridserve-cpu
+# The stamp names the hash of pyproject.toml, not its date: a fresh clone (every file dated now) or a restored CI
+# cache of .venv (see .ci/run) skips the install when the dependencies did not change.
+DEPS   := $(shell sha256sum pyproject.toml | cut -c1-16)
+STAMP  := $(VENV)/.hybridserve-cpu-$(DEPS)
+# Test workers for the tests that start no server (pytest-xdist); `make test JOBS=0` runs them in one process.
+JOBS   ?= auto
 
 .PHONY: demo test bench-plan bench-transfer clean
 
-$(STAMP): pyproject.toml
+$(STAMP):
+	rm -f $(VENV)/.hybridserve-cpu*
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	# CPU torch first (the wheel on disk); a plain `torch` would pull a multi-GB CUDA build
@@ -26,8 +32,12 @@ demo: $(STAMP)
 	mkdir -p runs
 	$(VENV)/bin/hybridserve validate --junit runs/validate.xml
 
+# Two phases: the tests that start no server, spread over the cores; then the `slow` ones (real vLLM servers and
+# NIXL agents pinned to the cores, on fixed ports) one at a time. Both run even when the first fails.
 test: $(STAMP)
-	$(VENV)/bin/pytest -q tests
+	$(VENV)/bin/pytest -q -m "not slow" -n $(JOBS) --dist loadfile tests; fast=$$?; \
+	$(VENV)/bin/pytest -q -m slow tests; slow=$$?; \
+	test $$fast -eq 0 -a $$slow -eq 0
 
 # plan from a base-only install: no torch, nixl or vllm
 bench-plan:

@@ -25,9 +25,9 @@ from hybridserve.transfer.geometry import RequestBlocks
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def small():
-    """0.8B, TP 1 -> 1, set up and connected."""
+    """0.8B, TP 1 -> 1, set up and connected; shared by the cases that leave it working (each asserts it does)."""
     prompt = prompt_for("qwen3.5-0.8b")
     plan = plan_for("qwen3.5-0.8b", 1, 1, prompt=prompt)
     with Cluster(1, 1, wait_s=60) as cluster:

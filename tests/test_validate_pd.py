@@ -18,6 +18,7 @@ pytestmark = pytest.mark.slow
 from typer.testing import CliRunner  # noqa: E402
 
 from hybridserve.cli.app import app  # noqa: E402
+from hybridserve.core.common.fault_kind import parse_fault  # noqa: E402
 from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate  # noqa: E402
 from hybridserve.core.validate.client import RequestSettings  # noqa: E402
 from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, check_scheduling, deployed  # noqa: E402
@@ -57,7 +58,7 @@ def validate_seeds(baseline_url, candidate_url):
     ("pd-async", "early_completion"), ("pd-async", "zero_after_transfer"), ("pd-async", "stale_state"),
 ], ids=["pd-async", "pd-sync", "fault-early-completion", "fault-zero-after-transfer", "fault-stale-state"])
 def test_candidate_against_baseline(baseline, run_root, config, fault):
-    target = parse_target(config, what="candidate", fault=fault)
+    target = parse_target(config, what="candidate", fault=parse_fault(fault))
     with deployed(target, model=RECALL_MODEL_DIR, base_port=8800, run_root=run_root, num_cores=NUM_CORES,
                   timeout_s=420) as deployment:
         schedulers = check_scheduling(target.config, deployment.engine_logs)
