@@ -6,8 +6,9 @@ PIP    := $(VENV)/bin/pip
 # cache of .venv (see .ci/run) skips the install when the dependencies did not change.
 DEPS   := $(shell sha256sum pyproject.toml | cut -c1-16)
 STAMP  := $(VENV)/.hybridserve-cpu-$(DEPS)
-# Test workers for the tests that start no server (pytest-xdist); `make test JOBS=0` runs them in one process.
-JOBS   ?= auto
+# pytest-xdist workers: JOBS for the tests that start no server, SLOW_JOBS for the `slow` ones (0: one process).
+JOBS      ?= auto
+SLOW_JOBS ?= 2
 
 .PHONY: demo test bench-plan bench-transfer clean
 
@@ -32,11 +33,13 @@ demo: $(STAMP)
 	mkdir -p runs
 	$(VENV)/bin/hybridserve validate --junit runs/validate.xml
 
-# Two phases: the tests that start no server, spread over the cores; then the `slow` ones (real vLLM servers and
-# NIXL agents pinned to the cores, on fixed ports) one at a time. Both run even when the first fails.
+# Two phases, both run even when the first fails. First the tests that start no server, spread over the cores.
+# Then the `slow` ones (real vLLM servers, NIXL agents), one test file per worker: a file's servers stay up for all
+# its tests, and two files run side by side because one file's servers mostly wait (start-up, one request at a
+# time) while the other's work. Each file uses its own ports (free ones, or fixed ranges of its own).
 test: $(STAMP)
-	$(VENV)/bin/pytest -q -m "not slow" -n $(JOBS) --dist loadfile tests; fast=$$?; \
-	$(VENV)/bin/pytest -q -m slow tests; slow=$$?; \
+	$(VENV)/bin/pytest -q -m "not slow" -n $(JOBS) --dist load tests; fast=$$?; \
+	$(VENV)/bin/pytest -q -m slow -n $(SLOW_JOBS) --dist loadfile tests; slow=$$?; \
 	test $$fast -eq 0 -a $$slow -eq 0
 
 # plan from a base-only install: no torch, nixl or vllm
