@@ -39,7 +39,7 @@ demo: $(STAMP)
 # time) while the other's work. Each file uses its own ports (free ones, or fixed ranges of its own).
 test: $(STAMP)
 	$(VENV)/bin/pytest -q -m "not slow" -n $(JOBS) --dist load tests; fast=$$?; \
-	$(VENV)/bin/pytest -q -m slow -n $(SLOW_JOBS) --dist loadfile tests; slow=$$?; \
+	$(VENV)/bin/pytest -q -m slow -n $(SLOW_JOBS) --dist loadfile --no-loadscope-reorder tests; slow=$$?; \
 	test $$fast -eq 0 -a $$slow -eq 0
 
 # plan from a base-only install: no torch, nixl or vllm

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("vllm")
 pytest.importorskip("nixl")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.run_first]  # the longest slow file (make test)
 
 from typer.testing import CliRunner  # noqa: E402
 
