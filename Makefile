@@ -34,12 +34,12 @@ demo: $(STAMP)
 	$(VENV)/bin/hybridserve validate --junit runs/validate.xml
 
 # Two phases, both run even when the first fails. First the tests that start no server, spread over the cores.
-# Then the `slow` ones (real vLLM servers, NIXL agents), one test file per worker: a file's servers stay up for all
-# its tests, and two files run side by side because one file's servers mostly wait (start-up, one request at a
-# time) while the other's work. Each file uses its own ports (free ones, or fixed ranges of its own).
+# Then the `slow` ones on two workers by xdist group (tests/conftest.py): every file that starts vLLM servers on one
+# worker, one after another (two P/D deployments at once would put four servers on two cores), and the NIXL
+# transfer files on the other. Each file uses its own ports (free ones, or fixed ranges of its own).
 test: $(STAMP)
 	$(VENV)/bin/pytest -q -m "not slow" -n $(JOBS) --dist load tests; fast=$$?; \
-	$(VENV)/bin/pytest -q -m slow -n $(SLOW_JOBS) --dist loadfile --no-loadscope-reorder tests; slow=$$?; \
+	$(VENV)/bin/pytest -q -m slow -n $(SLOW_JOBS) --dist loadgroup tests; slow=$$?; \
 	test $$fast -eq 0 -a $$slow -eq 0
 
 # plan from a base-only install: no torch, nixl or vllm
