@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("vllm")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm_servers")]  # see tests/conftest.py
 
 import httpx  # noqa: E402
 

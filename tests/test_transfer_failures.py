@@ -22,7 +22,7 @@ from hybridserve.transfer.cluster import PREFILL_SEED, Cluster
 from hybridserve.transfer.errors import DescriptorRangeError, IncompatiblePeerError, TransferError, TransferTimeout
 from hybridserve.transfer.geometry import RequestBlocks
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nixl_agents")]  # see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

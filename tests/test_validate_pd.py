@@ -13,7 +13,8 @@ import pytest
 
 pytest.importorskip("vllm")
 pytest.importorskip("nixl")
-pytestmark = [pytest.mark.slow, pytest.mark.run_first]  # the longest slow file (make test)
+pytestmark = [pytest.mark.slow, pytest.mark.run_first,  # the longest slow file (make test)
+              pytest.mark.xdist_group("vllm_servers")]  # see tests/conftest.py
 
 from typer.testing import CliRunner  # noqa: E402
 
