@@ -28,7 +28,8 @@ from hybridserve.core.launch.topology import (
 )
 
 _ENGINE_KEYS = {"mamba_ssm_cache_dtype": "ssm_dtype", "mamba_cache_dtype": "conv_dtype",
-                "async_scheduling": "is_async_scheduling", "plugin_fixes": "is_plugin_fixes"}
+                "async_scheduling": "is_async_scheduling", "plugin_fixes": "is_plugin_fixes",
+                "enforce_eager": "is_enforce_eager"}
 _INSTANCE_KEYS = {"mamba_ssm_cache_dtype": "ssm_dtype", "mamba_cache_dtype": "conv_dtype"}
 
 
