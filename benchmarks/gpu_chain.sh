@@ -7,8 +7,14 @@
 # Run from the folder that holds this checkout's copy (.gpuwork/hs); results go to $OUT.
 set -o pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-source "$here/benchmarks/gpu_env.sh" "$here" || exit 3
+if [ "$1" = t ]; then  # transfer only: nixl from the carried .gpu/nx, no vLLM
+  mkdir -p /tmp/nixlsite /tmp/hsite && tar xzf "$here/../../.gpu/nx/nixl_only.tgz" -C /tmp/nixlsite && ln -sfn "$here" /tmp/hsite/hybridserve
+  export PYTHONPATH=/tmp/hsite:/tmp/nixlsite PYTHONUNBUFFERED=1 COLUMNS=200
+else
+  source "$here/benchmarks/gpu_env.sh" "$here" || exit 3
+fi
 cd "$here"
+BENCH=(python3 -c "from hybridserve.cli.app import main; main()" transfer bench -m qwen3.5-397b-a17b --mamba-ssm-cache-dtype bfloat16 --memory vram --json)
 GDN=(--gdn-prefill-backend triton)   # the bundle's parts 09-10 (cutlass-dsl, FlashInfer's GDN prefill) stay home
 case "$1" in
 a)
@@ -33,5 +39,18 @@ c|f)
   done > "$OUT/${name}_logs.txt" 2>&1
   tail -5 "$OUT/$name.err"
   ;;
-*) echo "stage a, c or f"; exit 2 ;;
+t)
+  { date -u; nvidia-smi -L; } > "$OUT/env.txt" 2>&1
+  echo "== (a) default settings" >> "$OUT/env.txt"
+  timeout 240 "${BENCH[@]}" --ucx-log "$OUT/ucx_bench.log" > "$OUT/bench_vram.json" 2>> "$OUT/env.txt"; echo "rc=$?" >> "$OUT/env.txt"
+  echo "== get_zcopy off (the TCP fallback, marked)" >> "$OUT/env.txt"
+  UCX_CUDA_IPC_ENABLE_GET_ZCOPY=n timeout 120 "${BENCH[@]}" --prompt-len 32768 --requests 1 \
+    --ucx-log "$OUT/ucx_bench_fallback.log" > "$OUT/bench_vram_fallback.json" 2>> "$OUT/env.txt"; echo "rc=$?" >> "$OUT/env.txt"
+  COLUMNS=200 UCX_CUDA_IPC_ENABLE_GET_ZCOPY=n timeout 120 python3 -c "from hybridserve.cli.app import main; main()" transfer bench \
+    -m qwen3.5-397b-a17b --mamba-ssm-cache-dtype bfloat16 --memory vram --prompt-len 1024 --requests 1 >> "$OUT/env.txt" 2>&1
+  echo "== READ vs WRITE" >> "$OUT/env.txt"
+  timeout 150 python3 benchmarks/ucx_direction_gpu.py > "$OUT/direction.json" 2>> "$OUT/env.txt"; echo "rc=$?" >> "$OUT/env.txt"
+  tail -30 "$OUT/env.txt"
+  ;;
+*) echo "stage a, c, f or t"; exit 2 ;;
 esac

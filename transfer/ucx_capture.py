@@ -33,8 +33,8 @@ class UcxCapture:
         return "".join(p.read_text(errors="replace") for p in sorted(self.dir.glob(f"{role}*.log")))
 
     def transport(self) -> ucx.Transport | None:
-        """The data transport of the decode ranks' RMA so far (None: no table printed yet)."""
-        return ucx.rma_transport(ucx.parse_proto_info(self.text()), memory=self.memory)
+        """The transport of the decode ranks' READs so far (None: no table printed yet)."""
+        return ucx.rma_transport(ucx.parse_proto_info(self.text()), memory=self.memory, operation="read")
 
     def close(self) -> None:
         if self.keep_at is not None:

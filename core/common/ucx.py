@@ -48,9 +48,9 @@ class Transport(enum.Enum):
 class ProtoSelection:
     """One protocol table of UCX's report: the operation, the memory it touches, and the transports of its rows."""
 
-    operation: str  # "read" | "write" | other (am, tag...)
-    memory: str  # "cuda", "host", ...: the memory type named in the header
-    transports: tuple[str, ...]  # tl names in row order, e.g. ("tcp",), ("cuda_ipc",)
+    operation: str  # "read" | "write" | "other" (active messages, tags, ...)
+    memories: tuple[str, ...]  # memory kinds the header names, e.g. ("cuda", "cuda") or ("host", "cuda")
+    transports: tuple[str, ...]  # tl names in row order, e.g. ("cuda_ipc",), ("tcp",)
     header: str
 
     @property
@@ -58,14 +58,24 @@ class ProtoSelection:
         return self.operation in ("read", "write")
 
     @property
+    def memory(self) -> str:
+        """"cuda" when every side is GPU memory, "host" when every side is host memory, else "mixed"."""
+        kinds = set(self.memories)
+        return kinds.pop() if len(kinds) == 1 else "mixed" if kinds else "unknown"
+
+    @property
     def transport(self) -> Transport:
         return classify(self.transports)
 
 
-_HEADER = re.compile(r"\|\s*(?P<ctx>[^|]*?)\s*\|\s*(?P<what>(remote memory|active message|tagged message|stream)"
-                     r"[^|]*?)\s*\|")
-_TL = re.compile(r"\b(?P<tl>[a-z][a-z0-9_]*)/(?P<dev>[A-Za-z0-9_:.\-]+)")
-_MEMORY = re.compile(r"\b(?:from|into|to|in)\s+(?P<mem>[a-z_]+)\s+memory")
+# A table (UCX 1.23, as printed on the H200; each line behind UCX's "[time] [host:pid:thread]" prefix):
+#   | decode0-1017-c2771f intra-node cfg#2                                   |
+#   | remote memory read by ucp_get*(multi) into cuda/GPU0 from cuda/dev[1] |
+#   | Range  | Description | Config        |
+#   | 0..inf | zero-copy   | cuda_ipc/cuda |
+_OPERATIONS = ("remote memory", "active message", "tagged message", "stream", "remote atomic")
+_TL = re.compile(r"\b(?P<tl>[a-z][a-z0-9_]*)/(?P<dev>[A-Za-z0-9_:.\-\[\]]+)")
+_MEMORY = re.compile(r"\b(?:into|from|to)\s+(?P<mem>[a-z_]+)")
 
 
 def parse_proto_info(text: str) -> list[ProtoSelection]:
@@ -73,32 +83,31 @@ def parse_proto_info(text: str) -> list[ProtoSelection]:
     found: list[ProtoSelection] = []
     header: str | None = None
     tls: list[str] = []
-
-    def close() -> None:
-        if header is not None:
-            found.append(_selection(header, tls))
-
     for line in text.splitlines():
-        match = _HEADER.search(line)
-        if match:
-            close()
-            header, tls = match.group("what"), []
+        if "|" not in line:
             continue
-        if header is None or "|" not in line:
+        cells = [c.strip() for c in line[line.index("|"):].strip().strip("|").split("|")]
+        opening = next((c for c in cells if c.startswith(_OPERATIONS)), None)
+        if opening is not None:
+            if header is not None:
+                found.append(_selection(header, tls))
+            header, tls = opening, []
+            cells = cells[cells.index(opening) + 1:]  # an older one-line layout puts the rows beside it
+        if header is None or len(cells) < 2 or cells[0] == "Range":
             continue
-        for tl in _TL.finditer(line.split("|", 1)[1]):
+        for tl in _TL.finditer(cells[-1]):
             if tl.group("tl") not in tls:
                 tls.append(tl.group("tl"))
-    close()
+    if header is not None:
+        found.append(_selection(header, tls))
     return found
 
 
 def _selection(header: str, tls: list[str]) -> ProtoSelection:
     lowered = header.lower()
     operation = "read" if "memory read" in lowered else "write" if "memory write" in lowered else "other"
-    memories = _MEMORY.findall(lowered)
-    memory = next((m for m in memories if m != "host"), memories[0] if memories else "unknown")
-    return ProtoSelection(operation=operation, memory=memory, transports=tuple(tls), header=header)
+    return ProtoSelection(operation=operation, memories=tuple(_MEMORY.findall(lowered)), transports=tuple(tls),
+                          header=header)
 
 
 def classify(tls: Iterable[str]) -> Transport:
@@ -112,19 +121,25 @@ def classify(tls: Iterable[str]) -> Transport:
     return Transport.OTHER
 
 
-def rma_transport(selections: Iterable[ProtoSelection], *, memory: str | None = None) -> Transport | None:
-    """The transport of the RMA (read/write) tables, for one memory type if given; TCP wins if any fell back.
+def rma_transport(selections: Iterable[ProtoSelection], *, memory: str | None = None,
+                  operation: str | None = None) -> Transport | None:
+    """The transport of the RMA tables (of one memory kind and operation, if given); TCP wins if any fell back.
 
-    None when the report holds no RMA table (UCX_PROTO_INFO was off, or no transfer has run yet).
+    None when the report holds no such table (UCX_PROTO_INFO was off, or no transfer has run yet).
     """
-    seen = [s.transport for s in selections if s.is_rma and (memory is None or s.memory == memory)]
+    seen = [s.transport for s in selections if s.is_rma and (memory is None or s.memory == memory)
+            and (operation is None or s.operation == operation)]
     if not seen:
         return None
     return Transport.TCP if Transport.TCP in seen else seen[-1]
 
 
 def fallback_message(where: str, selections: Iterable[ProtoSelection]) -> str | None:
-    """One line naming a TCP fallback of a GPU-memory RMA, or None when there is none."""
+    """One line naming a TCP fallback of a GPU-to-GPU RMA, or None when there is none.
+
+    Only tables whose every side is GPU memory count: UCX also prints a host-to-GPU write that it emulates over
+    TCP on a healthy cuda_ipc setup (seen on the H200), which no NIXL transfer of GPU regions uses.
+    """
     bad = [s for s in selections if s.is_rma and s.memory == "cuda" and s.transport is Transport.TCP]
     if not bad:
         return None
