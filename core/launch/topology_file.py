@@ -10,6 +10,9 @@
     proxy: {host: 127.0.0.1, port: 8000, policy: round_robin}
 
 An instance may also set block_size, mamba_ssm_cache_dtype, mamba_cache_dtype, env (a mapping) and extra_args.
+With `device: cuda`, `devices` are GPU ids, and an instance may fix its `gpu_memory_utilization`; the engine's
+`gpu_memory_utilization` is then what the roles on one GPU split (gpus.py), and `enforce_eager: true` skips
+torch.compile and CUDA graphs.
 """
 
 from __future__ import annotations
