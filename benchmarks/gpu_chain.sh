@@ -52,5 +52,29 @@ t)
   timeout 150 python3 benchmarks/ucx_direction_gpu.py > "$OUT/direction.json" 2>> "$OUT/env.txt"; echo "rc=$?" >> "$OUT/env.txt"
   tail -30 "$OUT/env.txt"
   ;;
-*) echo "stage a, c, f or t"; exit 2 ;;
+w)  # launch's TCP-fallback warning, live: a healthy start, then get_zcopy switched off in the topology
+  cat > /tmp/fallback.yaml <<YAML
+model: $here/profiles/tiny-qwen3.5-recall
+device: cuda
+engine: {enforce_eager: true, gdn_prefill_backend: triton}
+prefill: [{port: 8100, side_channel_port: 8150, devices: [0], env: {UCX_CUDA_IPC_ENABLE_GET_ZCOPY: "n"}}]
+decode: [{port: 8200, side_channel_port: 8250, devices: [0], env: {UCX_CUDA_IPC_ENABLE_GET_ZCOPY: "n"}}]
+proxy: {port: 8000}
+YAML
+  body='{"model":"tiny-qwen3.5-recall","prompt":"S01 a b S02 c d S01 e f","max_tokens":4,"temperature":0}'
+  for name in healthy fallback; do
+    if [ $name = healthy ]; then args=(--model profiles/tiny-qwen3.5-recall --enforce-eager "${GDN[@]}"); else args=(--topology /tmp/fallback.yaml); fi
+    python3 -c "from hybridserve.cli.app import main; main()" launch --role all --device cuda --run-dir /tmp/hs-w \
+      "${args[@]}" > "$OUT/$name.out" 2> "$OUT/$name.err" &
+    pid=$!; t0=$(date +%s)
+    for i in $(seq 1 120); do curl -sf localhost:8000/health > /dev/null && break; sleep 2; done
+    echo "$name healthy after $(( $(date +%s) - t0 )) s" >> "$OUT/$name.err"
+    for i in 1 2 3; do curl -s localhost:8000/v1/completions -H 'content-type: application/json' -d "$body"; echo; done >> "$OUT/$name.out"
+    sleep 8; kill -TERM $pid; wait $pid; echo "$name launch rc=$?" >> "$OUT/$name.err"
+    grep -h "|" $(ls -td /tmp/hs-w/*/ | head -1)decode-0.log | grep -A4 "remote memory read" > "$OUT/${name}_decode_ucx.txt"
+    grep -h "NIXL received" $(ls -td /tmp/hs-w/*/ | head -1)decode-0.log | tail -3 >> "$OUT/${name}_decode_ucx.txt"
+  done
+  grep -h "warning\|healthy after\|rc=" "$OUT"/*.err
+  ;;
+*) echo "stage a, c, f, t or w"; exit 2 ;;
 esac

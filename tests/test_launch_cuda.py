@@ -135,3 +135,21 @@ def test_bench_marks_a_tcp_fallback_row():
                          rows=(row, replace(row, transport="cuda_ipc", gbps=1230.4)))
     assert [r["is_tcp_fallback"] for r in report.result_dict(result)["rows"]] == [True, False]
     assert [report.transport_cell(r) for r in result.rows] == ["[bold red]tcp FALLBACK[/]", "cuda_ipc"]
+
+
+def test_cuda_argv_parses_with_vllm_032s_own_parser(tmp_path):
+    """The flags launch adds on CUDA (share, eager) are ones vLLM 0.32's api_server parser takes as given."""
+    from hybridserve.core.vllm_plugin import torchvision_shim
+
+    torchvision_shim.install_lazy()  # vllm.config imports torchvision (see the shim)
+    pytest.importorskip("vllm", reason="needs the cpu or cuda extra")
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    plan = machine_plan(load_topology(_topology_file(tmp_path)), Role.ALL, is_dry_run=True, vllm="0.32.0")
+    for command in plan.commands[:2]:
+        args = make_arg_parser(FlexibleArgumentParser()).parse_args(list(command.argv[3:]))
+        engine = AsyncEngineArgs.from_cli_args(args)
+        assert engine.gpu_memory_utilization == command.gpu_memory_utilization == 0.45
+        assert engine.enforce_eager and engine.kv_transfer_config.kv_buffer_device == "cuda"
