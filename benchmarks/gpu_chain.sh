@@ -67,11 +67,11 @@ YAML
     python3 -c "from hybridserve.cli.app import main; main()" launch --role all --device cuda --run-dir /tmp/hs-w \
       "${args[@]}" > "$OUT/$name.out" 2> "$OUT/$name.err" &
     pid=$!; t0=$(date +%s)
-    for i in $(seq 1 120); do curl -sf localhost:8000/health > /dev/null && break; sleep 2; done
-    echo "$name healthy after $(( $(date +%s) - t0 )) s" >> "$OUT/$name.err"
-    for i in 1 2 3; do curl -s localhost:8000/v1/completions -H 'content-type: application/json' -d "$body"; echo; done >> "$OUT/$name.out"
-    sleep 8; kill -TERM $pid; wait $pid; echo "$name launch rc=$?" >> "$OUT/$name.err"
-    grep -h "|" $(ls -td /tmp/hs-w/*/ | head -1)decode-0.log | grep -A4 "remote memory read" > "$OUT/${name}_decode_ucx.txt"
+    for i in $(seq 1 200); do curl -sf localhost:8000/health > /dev/null && break; sleep 2; done
+    echo "$name healthy after $(( $(date +%s) - t0 )) s" >> "$OUT/${name}_decode_ucx.txt"
+    for i in 1 2 3; do curl -s localhost:8000/v1/completions -H 'content-type: application/json' -d "$body"; echo; done >> "$OUT/${name}_decode_ucx.txt"
+    sleep 8; kill -TERM $pid; wait $pid; echo "$name launch rc=$?" >> "$OUT/${name}_decode_ucx.txt"
+    grep -h "|" $(ls -td /tmp/hs-w/*/ | head -1)decode-0.log | grep -A4 "remote memory read" >> "$OUT/${name}_decode_ucx.txt"
     grep -h "NIXL received" $(ls -td /tmp/hs-w/*/ | head -1)decode-0.log | tail -3 >> "$OUT/${name}_decode_ucx.txt"
   done
   grep -h "warning\|healthy after\|rc=" "$OUT"/*.err
