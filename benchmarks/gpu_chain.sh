@@ -74,7 +74,7 @@ YAML
     grep -h "|" $(ls -td /tmp/hs-w/*/ | head -1)decode-0.log | grep -A4 "remote memory read" >> "$OUT/${name}_decode_ucx.txt"
     grep -h "NIXL received" $(ls -td /tmp/hs-w/*/ | head -1)decode-0.log | tail -3 >> "$OUT/${name}_decode_ucx.txt"
   done
-  grep -h "warning\|healthy after\|rc=" "$OUT"/*.err
+  grep -h "warning\|healthy after\|rc=" "$OUT"/*.err "$OUT"/*_decode_ucx.txt
   ;;
 *) echo "stage a, c, f, t or w"; exit 2 ;;
 esac
