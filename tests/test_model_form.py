@@ -73,3 +73,16 @@ def test_wrapped_dir_changes_with_the_source(tmp_path):
     (src / "config.json").write_text(json.dumps({"model_type": "qwen3_5_text", "hidden_size": 256}))
     assert wrapped_dir(src, tmp_path / "cache") != first
     assert wrapped_config({"model_type": "qwen3_5_text", "tie_word_embeddings": True})["tie_word_embeddings"]
+
+
+def test_a_sharded_index_is_renamed_with_its_shards(tmp_path):
+    import shutil
+
+    src = tmp_path / "m"
+    shutil.copytree(TINY_MODEL_DIR, src)
+    (src / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {"model.norm.weight": "model.safetensors", "lm_head.weight": "model.safetensors"}}))
+    target = ensure_wrapped(src, tmp_path / "w")
+    index = json.loads((target / "model.safetensors.index.json").read_text())
+    assert index["weight_map"] == {"model.language_model.norm.weight": "model.safetensors",
+                                   "lm_head.weight": "model.safetensors"}

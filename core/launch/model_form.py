@@ -65,11 +65,14 @@ def renamed_safetensors(data: bytes, old: str = _TEXT_PREFIX, new: str = _WRAPPE
         raise InputError("model.safetensors: accepted: a safetensors file (it is shorter than its header)")
     size = struct.unpack("<Q", data[:8])[0]
     header = json.loads(data[8:8 + size])
-    renamed = {(new + k[len(old):] if k.startswith(old) and not k.startswith(new) else k): v
-               for k, v in header.items()}
+    renamed = {_renamed(k, old, new): v for k, v in header.items()}
     blob = json.dumps(renamed, separators=(",", ":")).encode()
     blob += b" " * (-len(blob) % 8)  # keep the tensor data 8-byte aligned
     return struct.pack("<Q", len(blob)) + blob + data[8 + size:]
+
+
+def _renamed(name: str, old: str = _TEXT_PREFIX, new: str = _WRAPPED_PREFIX) -> str:
+    return new + name[len(old):] if name.startswith(old) and not name.startswith(new) else name
 
 
 def ensure_wrapped(model_dir: Path, target: Path) -> Path:
@@ -83,7 +86,11 @@ def ensure_wrapped(model_dir: Path, target: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:
         for path in model_dir.iterdir():
-            if path.is_file() and path.name != "config.json" and path.suffix != ".safetensors":
+            if path.name.endswith(".safetensors.index.json"):  # sharded weights: the index names tensors too
+                index = json.loads(path.read_text())
+                index["weight_map"] = {_renamed(k): v for k, v in index.get("weight_map", {}).items()}
+                (tmp / path.name).write_text(json.dumps(index, indent=2))
+            elif path.is_file() and path.name != "config.json" and path.suffix != ".safetensors":
                 shutil.copy2(path, tmp / path.name)
         for path in weights:
             (tmp / path.name).write_bytes(renamed_safetensors(path.read_bytes()))
