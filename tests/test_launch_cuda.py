@@ -95,12 +95,14 @@ def test_plan_gives_capacity_per_share(tmp_path):
     assert shared["capacity"]["kv_cache_bytes"] == int(141e9 * 0.45) - shared["capacity"]["weights_bytes"]
 
 
-def test_transfer_bench_vram_without_cuda_is_one_line_exit_2(monkeypatch):
-    monkeypatch.setattr("hybridserve.core.launch.gpus.count_gpus", lambda: 0)
+def test_transfer_bench_vram_without_cuda_is_one_line_exit_2():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
     result = runner.invoke(app, ["transfer", "bench", "-m", "qwen3.5-0.8b", "--memory", "vram"])
     assert result.exit_code == 2
-    assert result.output.strip() == ("error: --memory vram needs CUDA: this host has no GPU (NVML and nvidia-smi "
-                                     "found none); accepted here: --memory dram")
+    out = result.output.strip()
+    assert out.startswith("error: --memory vram needs CUDA:") and "\n" not in out and "Traceback" not in out
 
 
 def test_rank_process_takes_ucx_env_and_stdout_file(tmp_path):
