@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Annotated, Optional
@@ -41,6 +42,12 @@ def command(
     plugin_fixes: Annotated[bool, typer.Option(help="CPU: NIXL progress-thread delay and compute threads "
                                                "kept on their cores.")] = True,
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="CUDA: part of each GPU split among the roles "
+                                                          "on it (two roles on one GPU: 0.45 each).")] = 0.9,
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="CUDA: no torch.compile / CUDA graphs "
+                                                "(always on CPU).")] = False,
+    vllm_version: Annotated[Optional[str], typer.Option(help="Write the command line of this vLLM (0.26, 0.32); "
+                                                        "default: the installed one.")] = None,
     run_dir: Annotated[Path, typer.Option(help="Folder for run folders (logs, plan.json).")] = Path("runs"),
     timeout: Annotated[float, typer.Option(help="Seconds to wait for all roles to be healthy.")] = 300.0,
     dry_run: Annotated[bool, typer.Option("--dry-run", metavar="",
@@ -66,12 +73,15 @@ def command(
         kv_cache_dtype=parse_optional(kv_cache_dtype, what="--kv-cache-dtype"),
         attention_backend=AttentionBackend.parse(attention_backend) if attention_backend else None,
         num_speculative_tokens=num_speculative_tokens,
-        gdn_prefill_backend=gdn_prefill_backend, is_plugin_fixes=plugin_fixes)
+        gdn_prefill_backend=gdn_prefill_backend, is_plugin_fixes=plugin_fixes,
+        gpu_memory_utilization=gpu_memory_utilization, is_enforce_eager=enforce_eager)
     request = LaunchRequest(role=Role.parse(role), model=model, topology_file=topology, index=index,
                             device=Device.parse(device), engine=engine, base_port=base_port,
-                            num_cores=os.cpu_count() or 1, is_dry_run=dry_run,
+                            num_cores=os.cpu_count() or 1, vllm_version=vllm_version, is_dry_run=dry_run,
                             run_root=run_dir.resolve(), tuned_profile=tuned_profile)
     plan = prepare_launch(request)
+    for warning in plan.warnings:
+        err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
     if tuned_profile is not None:
         from hybridserve.core.launch.tuned import flag_note
 
@@ -88,6 +98,7 @@ def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> Non
 
     from hybridserve.core.launch.runner import new_run_dir
     from hybridserve.core.launch.supervisor import supervise
+    from hybridserve.core.launch.transport_watch import TransportWatch
 
     run_dir = new_run_dir(run_root.resolve(), plan.role.value)
     err_console.print(f"run folder: {run_dir}", highlight=False)
@@ -96,16 +107,22 @@ def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> Non
     task = progress.add_task(f"starting {len(plan.commands)} role(s), waiting for /health", total=None)
     on_progress = lambda name, _ok: progress.update(task, description=f"{name} healthy")  # noqa: E731
 
+    watching = contextlib.ExitStack()  # UCX's transport report in the CUDA servers' logs, while they serve
+
     def on_serving(_roles: list) -> None:
         progress.stop()
         endpoints = {c.name: c.url for c in plan.commands}
         print_json({"run_dir": str(run_dir), "endpoints": endpoints}) if as_json else _render_endpoints(endpoints)
         err_console.print("serving; Ctrl-C stops every role", highlight=False)
+        logs = {c.name: run_dir / f"{c.name}.log" for c in plan.commands if c.gpus is not None}
+        watching.enter_context(TransportWatch(logs, warn=lambda m: err_console.print(
+            f"warning: {m}", style="yellow", highlight=False, markup=False)))
 
     try:
         progress.start()
-        supervise(plan, run_dir, timeout_s=timeout, on_progress=on_progress, on_serving=on_serving,
-                  on_stopping=lambda why: err_console.print(f"stopping: {why}", highlight=False))
+        with watching:
+            supervise(plan, run_dir, timeout_s=timeout, on_progress=on_progress, on_serving=on_serving,
+                      on_stopping=lambda why: err_console.print(f"stopping: {why}", highlight=False))
     finally:
         progress.stop()
 

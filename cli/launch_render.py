@@ -14,8 +14,10 @@ from hybridserve.core.layout.plan_report import layout_dict
 
 
 def launch_dict(plan: LaunchPlan) -> dict[str, Any]:
-    return {"role": plan.role.value, "model": str(plan.topology.model), "commands": [
+    return {"role": plan.role.value, "model": str(plan.topology.model), "vllm": plan.vllm.line,
+            "warnings": list(plan.warnings), "commands": [
         {"name": c.name, "role": c.role.value, "url": c.url, "argv": list(c.argv), "env": dict(c.env),
+         "gpus": list(c.gpus) if c.gpus is not None else None, "gpu_memory_utilization": c.gpu_memory_utilization,
          "block_size": c.cache.block_size if c.cache else None,
          "kernel_block_size": c.cache.kernel_block_size if c.cache else None,
          "layout": layout_dict(c.cache.layout) if c.cache else None,

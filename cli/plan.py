@@ -20,6 +20,17 @@ from hybridserve.core.layout.plan_report import plan_dict
 from hybridserve.core.model.profiles import device_memory_bytes, load_model, model_profile_names
 
 
+def role_share(total: float, roles_per_gpu: int) -> float:
+    """One role's --gpu-memory-utilization when `roles_per_gpu` servers share a GPU (launch's split)."""
+    from hybridserve.core.launch.gpus import memory_shares
+
+    if roles_per_gpu < 1:
+        raise InputError(f"--roles-per-gpu {roles_per_gpu}: accepted: 1 or more")
+    if roles_per_gpu == 1:
+        return total  # one server: vLLM's own meaning, any value in (0, 1]
+    return memory_shares([(f"role-{i}", (0,)) for i in range(roles_per_gpu)], total=total)["role-0"]
+
+
 def command(
     model: Annotated[list[str], typer.Option("--model", "-m", help="Profile name, config.json or model folder; "
                                               "repeat it, or 'all' for every shipped profile.")],
@@ -35,7 +46,10 @@ def command(
     prompt_len: Annotated[list[int], typer.Option(help="Prompt length in tokens; repeat it.")] = [1024, 8192, 32768],
     runs: Annotated[int, typer.Option(help="Contiguous runs a request's blocks come in (our scheme).")] = 1,
     memory: Annotated[Optional[str], typer.Option(help="Device memory: GiB or h100, h200, b200, gb200.")] = None,
-    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM --gpu-memory-utilization.")] = 0.9,
+    gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM --gpu-memory-utilization (with "
+                                                          "--roles-per-gpu: split among the roles).")] = 0.9,
+    roles_per_gpu: Annotated[int, typer.Option(help="vLLM servers sharing one GPU (prefill + decode on one "
+                                               "GPU: 2); capacity is per share, as launch splits it.")] = 1,
     weights_gib: Annotated[Optional[float], typer.Option(help="Weights per rank in GiB (default: estimate).")] = None,
     reserved_gib: Annotated[float, typer.Option(help="Activations and graphs per rank, GiB.")] = 0.0,
     no_hybrid_allocator: Annotated[bool, typer.Option(help="Model vLLM without the hybrid KV cache "
@@ -57,7 +71,7 @@ def command(
     budget = None
     if memory is not None:
         budget = MemoryBudget(device_memory_bytes=device_memory_bytes(memory),
-                              gpu_memory_utilization=gpu_memory_utilization,
+                              gpu_memory_utilization=role_share(gpu_memory_utilization, roles_per_gpu),
                               weights_bytes=(None if weights_gib is None
                                              else gib_to_bytes(weights_gib, "--weights-gib")),
                               reserved_bytes=gib_to_bytes(reserved_gib, "--reserved-gib"))

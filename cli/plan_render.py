@@ -50,6 +50,7 @@ def render_plan(plan: Plan) -> None:
         table.add_row(name, p, *([d] if plan.decode is not plan.prefill else []))
     if plan.capacity:
         cap = plan.capacity
+        table.add_row("GPU share (--gpu-memory-utilization)", f"{plan.request.budget.gpu_memory_utilization:g}")
         table.add_row("weights per rank (est.)", format_bytes(cap.weights_bytes))
         table.add_row("KV cache per rank", format_bytes(cap.kv_cache_bytes))
         table.add_row("blocks", f"{cap.num_blocks:,}")

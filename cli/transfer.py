@@ -40,6 +40,8 @@ def bench(
     num_speculative_tokens: Annotated[int, typer.Option(help="Speculative tokens (MTP).")] = 0,
     timeout: Annotated[float, typer.Option(help="Seconds one request's transfer may take.")] = 60.0,
     png: Annotated[Optional[Path], typer.Option(help="Also write a bar chart of GB/s here.")] = None,
+    ucx_log: Annotated[Optional[Path], typer.Option(help="Keep the rank processes' UCX output (its protocol "
+                                                    "report names each transport) in this file.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Move requests between prefill and decode rank processes over NIXL; check every byte; time both schemes.
@@ -65,7 +67,7 @@ def bench(
         memory=parse_choice(Memory, memory, what="--memory"), num_requests=requests,
         backend=AttentionBackend.parse(attention_backend), block_size=block_size,
         ssm_dtype=parse_optional(mamba_ssm_cache_dtype, what="--mamba-ssm-cache-dtype"),
-        num_speculative_tokens=num_speculative_tokens, timeout_s=timeout)
+        num_speculative_tokens=num_speculative_tokens, timeout_s=timeout, ucx_log=ucx_log)
     from rich.progress import Progress
 
     with Progress(console=err_console, transient=True) as progress:

@@ -46,6 +46,11 @@ def command(
     run_dir: Annotated[Path, typer.Option(help="Folder for the started servers' logs.")] = Path("runs"),
     timeout: Annotated[float, typer.Option(help="Seconds per request, and to wait for started servers.")] = 300.0,
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML report here.")] = None,
+    device: Annotated[str, typer.Option(help="Where started configurations run: cpu or cuda (as launch).")] = "cpu",
+    gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend of started "
+                                                               "configurations.")] = None,
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="CUDA: started servers skip "
+                                                "torch.compile and CUDA graphs (faster start).")] = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Send the same prompts to a baseline and a candidate (greedy, logprobs) and judge the candidate.
@@ -67,6 +72,7 @@ def command(
     from hybridserve.core.validate.deployments import is_random_model
     from hybridserve.core.validate.thresholds import Thresholds
     from hybridserve.core.common.fault_kind import parse_fault
+    from hybridserve.core.launch.topology import Device, EngineOptions
 
     targets = (parse_target(baseline, what="baseline"),
                parse_target(candidate, what="candidate", fault=parse_fault(fault)))
@@ -83,7 +89,9 @@ def command(
         settings=RequestSettings(max_tokens=_positive(max_tokens, "--max-tokens"), timeout_s=timeout,
                                  concurrency=_positive(concurrency, "--concurrency"), ignore_eos=ignore_eos,
                                  model=served_model),
-        model=model, base_port=base_port, run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout)
+        model=model, base_port=base_port, run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout,
+        device=Device.parse(device).value,
+        engine=EngineOptions(gdn_prefill_backend=gdn_prefill_backend, is_enforce_eager=enforce_eager))
     report = _run_with_progress(request)
     if junit is not None:
         from hybridserve.core.validate.junit import write_junit

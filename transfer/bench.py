@@ -11,18 +11,21 @@ import enum
 import importlib.util
 import statistics
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.layout.descriptors import Scheme, transfer_cost
 from hybridserve.core.model.dtypes import DType
 from hybridserve.core.common.errors import CheckFailedError, CouldNotRunError, InputError, MissingExtraError
+from hybridserve.core.common.ucx import Transport
 from hybridserve.core.layout.rank_layout import LayoutRequest
 from hybridserve.core.layout.plan import PlanRequest, make_plan
 from hybridserve.core.model.spec import ModelSpec
 from hybridserve.transfer.blocks import Allocation, BlockPool, allocate, blocks_per_group
 from hybridserve.transfer.cluster import Cluster
 from hybridserve.transfer.geometry import runs
+from hybridserve.transfer.ucx_capture import UcxCapture
 
 
 class Memory(enum.Enum):
@@ -44,6 +47,7 @@ class BenchRequest:
     ssm_dtype: DType | None = None
     num_speculative_tokens: int = 0
     timeout_s: float = 60.0
+    ucx_log: Path | None = None  # keep the rank processes' UCX output (protocol report) here
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +69,12 @@ class BenchRow:
     gbps: float
     copy_gbps: float  # the same bytes per rank copied inside one process
     is_exact: bool
+    transport: str | None = None  # from UCX's protocol report: cuda_ipc, cma, tcp...; None: none printed
+
+    @property
+    def is_tcp_fallback(self) -> bool:
+        """The data went over TCP (loopback) instead of cuda_ipc / cma: ~0.5 GB/s for VRAM on an H200."""
+        return self.transport == Transport.TCP.value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,12 +109,20 @@ def run_bench(request: BenchRequest, *, on_step: Callable[[str], None] | None = 
     need = max(sum(blocks_per_group(plan.decode, n)) for n in request.prompt_tokens)
     num_blocks = 1 + need + need // 2 + 2  # room for fragmented ids to scatter
     rows = []
-    with Cluster(request.prefill_tp, request.decode_tp, device=_device(request.memory)) as cluster:
-        cluster.setup(plan, num_blocks)
-        for prompt in request.prompt_tokens:
-            for scheme in request.schemes:
-                for allocation in Allocation:
-                    rows.append(_measure(cluster, plan, request, prompt, scheme, allocation, num_blocks, on_step))
+    capture = UcxCapture(memory="cuda" if request.memory is Memory.VRAM else "host", keep_at=request.ucx_log)
+    try:
+        with Cluster(request.prefill_tp, request.decode_tp, device=_device(request.memory),
+                     capture=capture) as cluster:
+            cluster.setup(plan, num_blocks)
+            for prompt in request.prompt_tokens:
+                for scheme in request.schemes:
+                    for allocation in Allocation:
+                        row = _measure(cluster, plan, request, prompt, scheme, allocation, num_blocks, on_step)
+                        cluster.flush_stdout()
+                        found = capture.transport()
+                        rows.append(replace(row, transport=found.value if found else None))
+    finally:
+        capture.close()
     d = plan.decode
     return BenchResult(model=request.model.name, prefill_tp=request.prefill_tp, decode_tp=request.decode_tp,
                        memory=request.memory.value, backend=request.backend.value, block_size=d.block_size,

@@ -9,6 +9,7 @@ from hybridserve.core.layout.plan import Plan
 from hybridserve.transfer.geometry import RequestBlocks, read_ranks
 from hybridserve.transfer.rank import RankGroup, RankProcess
 from hybridserve.transfer.regions import prefill_seed
+from hybridserve.transfer.ucx_capture import UcxCapture
 
 PREFILL_SEED, DECODE_SEED = 1000, 2000
 
@@ -17,12 +18,17 @@ class Cluster:
     """`with Cluster(2, 1) as c: c.setup(plan, num_blocks); c.move(blocks, Scheme.OURS, "r1")`."""
 
     def __init__(self, prefill_tp: int, decode_tp: int, *, device: str = "cpu", telemetry: bool = True,
-                 wait_s: float = 120.0, num_threads: int = 0) -> None:
+                 wait_s: float = 120.0, num_threads: int = 0, capture: UcxCapture | None = None) -> None:
         self.group = RankGroup()
         self.wait_s = wait_s
-        self.prefill: list[RankProcess] = [self.group.start("prefill", p, device=device) for p in range(prefill_tp)]
+
+        def extra(role: str, rank: int) -> dict[str, Any]:  # environment + stdout file, when UCX is watched
+            return capture.options(role, rank) if capture else {}
+
+        self.prefill: list[RankProcess] = [self.group.start("prefill", p, device=device, **extra("prefill", p))
+                                           for p in range(prefill_tp)]
         self.decode: list[RankProcess] = [self.group.start("decode", d, device=device, telemetry=telemetry,
-                                                          num_threads=num_threads)
+                                                          num_threads=num_threads, **extra("decode", d))
                                           for d in range(decode_tp)]
         self.plan: Plan | None = None
 
@@ -77,3 +83,7 @@ class Cluster:
 
     def copy_baseline(self, num_bytes: int) -> float:
         return self.decode[0].call("copy_baseline", self.wait_s, num_bytes=num_bytes)
+
+    def flush_stdout(self) -> None:
+        """Make every rank write out what UCX has printed so far."""
+        self._all(self.prefill + self.decode, "flush_stdout", [{} for _ in self.prefill + self.decode])

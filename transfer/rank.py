@@ -29,6 +29,12 @@ def _context() -> Any:
 
 
 def _child(conn: Any, role: str, rank: int, options: dict[str, Any], driver_pid: int) -> None:
+    os.environ.update(options.pop("env", None) or {})  # before the NIXL agent starts: UCX reads it once
+    stdout_path = options.pop("stdout_path", None)
+    if stdout_path:  # UCX prints its protocol report to stdout
+        fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.close(fd)
     from hybridserve.transfer import workers
 
     def watch() -> None:  # the forkserver is our parent; watch the driver itself

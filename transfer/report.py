@@ -12,7 +12,17 @@ from hybridserve.transfer.bench import BenchResult
 
 
 def result_dict(result: BenchResult) -> dict[str, Any]:
-    return asdict(result)
+    data = asdict(result)
+    for row, out in zip(result.rows, data["rows"], strict=True):
+        out["is_tcp_fallback"] = row.is_tcp_fallback
+    return data
+
+
+def transport_cell(row: Any) -> str:
+    """The row's data transport; a fall back to TCP is marked so that it is never read as a plain value."""
+    if row.transport is None:
+        return "-"
+    return "[bold red]tcp FALLBACK[/]" if row.is_tcp_fallback else row.transport
 
 
 def table(result: BenchResult) -> Any:
@@ -23,13 +33,14 @@ def table(result: BenchResult) -> Any:
              f"page {result.page_size_bytes:,} B x {result.num_tensors} tensors)")
     out = Table(title=title)
     for name in ("prompt", "scheme", "blocks", "descs", "elements", "merged", "predicted", "MB", "prep ms",
-                 "post ms", "xfer ms", "GB/s", "copy GB/s", "exact"):
+                 "post ms", "xfer ms", "GB/s", "copy GB/s", "exact", "transport"):
         out.add_column(name, justify="left" if name in ("scheme", "blocks") else "right")
     for r in result.rows:
         out.add_row(f"{r.prompt_tokens:,}", r.scheme, r.allocation, f"{r.num_descriptors:,}", f"{r.num_elements:,}",
                     "-" if r.num_merged is None else f"{r.num_merged:,}", f"{r.predicted_descriptors:,}",
                     f"{r.num_bytes / 1e6:,.1f}", f"{r.prepare_ms:.2f}", f"{r.post_ms:.1f}", f"{r.transfer_ms:.1f}",
-                    f"{r.gbps:.2f}", f"{r.copy_gbps:.2f}", "yes" if r.is_exact else "NO")
+                    f"{r.gbps:.2f}", f"{r.copy_gbps:.2f}", "yes" if r.is_exact else "NO",
+                    transport_cell(r))
     return out
 
 

@@ -33,6 +33,12 @@ class _Worker:
             self.agent.close()
         self.agent = self.regions = None
 
+    def flush_stdout(self) -> None:
+        """Flush C stdio (UCX's protocol report is buffered when stdout is a file)."""
+        import ctypes
+
+        ctypes.CDLL(None).fflush(None)
+
 
 class PrefillWorker(_Worker):
     channel: SideChannel | None = None

@@ -48,7 +48,8 @@ def cache_flags(settings: CacheSettings) -> list[str]:
 
 
 def engine_argv(python: str, role: str, topology: Topology, instance: EngineInstance,
-                cache: InstanceCache) -> tuple[str, ...]:
+                cache: InstanceCache, *, more: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """`more` (placement and vLLM-version flags) goes before the instance's own extra_args, which come last."""
     engine = topology.engine
     argv = [
         python, "-m", API_SERVER_MODULE,
@@ -67,13 +68,13 @@ def engine_argv(python: str, role: str, topology: Topology, instance: EngineInst
     ]
     if role in KV_ROLES:  # a single server ("single") runs without a KV connector
         argv += ["--kv-transfer-config", json.dumps(kv_transfer_config(role, topology), separators=(",", ":"))]
-    if topology.device is Device.CPU:
+    if topology.device is Device.CPU or engine.is_enforce_eager:
         argv.append("--enforce-eager")  # torch.compile warm-up costs ~40 s on CPU for no gain on tiny models
     if engine.attention_backend is not None:  # else vLLM picks, as cache_settings assumes
         argv += ["--attention-backend", engine.attention_backend.vllm_name]
     if engine.gdn_prefill_backend:
         argv += ["--gdn-prefill-backend", engine.gdn_prefill_backend]
-    return tuple(argv) + instance.extra_args
+    return tuple(argv) + tuple(more) + instance.extra_args
 
 
 def omp_threads_bind(cores: tuple[int, ...], tp: int) -> str:
@@ -85,8 +86,10 @@ def omp_threads_bind(cores: tuple[int, ...], tp: int) -> str:
     return "|".join(plugin_settings.format_cores(cores[r * size:(r + 1) * size]) for r in range(tp))
 
 
-def engine_env(topology: Topology, instance: EngineInstance) -> tuple[tuple[str, str], ...]:
-    """Only the variables launch sets; the child inherits the rest of the caller's environment."""
+def engine_env(topology: Topology, instance: EngineInstance,
+               more: tuple[tuple[str, str], ...] = ()) -> tuple[tuple[str, str], ...]:
+    """Only the variables launch sets; the child inherits the rest of the caller's environment.
+    `more` (placement: UCX) comes before the instance's own env, which is applied last."""
     engine = topology.engine
     env = {
         CONV_LAYOUT_ENV: REQUIRED_CONV_LAYOUT,
@@ -107,8 +110,9 @@ def engine_env(topology: Topology, instance: EngineInstance) -> tuple[tuple[str,
             env[plugin_settings.NIXL_PROGRESS_DELAY_US] = str(engine.nixl_progress_delay_us)
             if cores is not None:
                 env[plugin_settings.CPU_CORES] = cores
-    elif cores is not None:
-        env["CUDA_VISIBLE_DEVICES"] = cores
+    elif instance.devices is not None:  # GPU ids, listed (CUDA_VISIBLE_DEVICES takes no ranges)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in instance.devices)
     env.update(listener_env(instance.host))  # UCX, gloo and vLLM listen on the instance's address only
+    env.update(dict(more))
     env.update(dict(instance.env))
     return tuple(sorted(env.items()))

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.engine_command import engine_argv, engine_env
+from hybridserve.core.launch.placement import EnginePlacement, placements
+from hybridserve.core.launch.vllm_version import V0_32, VllmFeatures
 from hybridserve.core.launch.instance_cache import InstanceCache, instance_cache
 from hybridserve.core.launch.port_numbers import check_port_numbers
 from hybridserve.core.model.profiles import load_model
@@ -48,6 +50,8 @@ class RoleCommand:
     port: int
     side_channel_port: int | None = None
     cache: InstanceCache | None = None  # engines only
+    gpus: tuple[int, ...] | None = None  # CUDA engines: the GPU ids it runs on
+    gpu_memory_utilization: float | None = None  # CUDA engines: its share of each of those GPUs
 
     @property
     def url(self) -> str:
@@ -61,23 +65,24 @@ class LaunchPlan:
     index: int | None
     caches: tuple[tuple[str, InstanceCache], ...]  # every engine of the topology, for preflight
     commands: tuple[RoleCommand, ...]  # what this host starts, engines first, proxy last
+    vllm: VllmFeatures = V0_32  # whose command line the engines got
+    warnings: tuple[str, ...] = ()  # one line each, shown before anything starts
 
     def command(self, name: str) -> RoleCommand:
         return next(c for c in self.commands if c.name == name)
 
 
-def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None,
-                     python: str | None = None) -> LaunchPlan:
+def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None, python: str | None = None,
+                     vllm: VllmFeatures = V0_32, warnings: tuple[str, ...] = ()) -> LaunchPlan:
     python = python or sys.executable
     check_port_numbers(topology)
     model = load_model(str(topology.model))
     engines = _single_engine(topology) if role is Role.SINGLE else _engines(topology)
     caches = tuple((name, _cache(name, model, topology, inst)) for name, _, inst in engines)
     cache_of = dict(caches)
+    place = placements(topology, engines, vllm)
     commands = [
-        RoleCommand(name=name, role=Role(kind), argv=engine_argv(python, kind, topology, inst, cache_of[name]),
-                    env=engine_env(topology, inst), host=inst.host, port=inst.port,
-                    side_channel_port=inst.side_channel_port, cache=cache_of[name])
+        _engine_command(python, name, kind, topology, inst, cache_of[name], place[name])
         for name, kind, inst in engines
         if role in (Role.ALL, Role.SINGLE) or (role.value == kind and index in (None, int(name.rsplit("-", 1)[1])))
     ]
@@ -87,7 +92,16 @@ def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None
         count = len(topology.prefill if role is Role.PREFILL else topology.decode)
         raise InputError(f"--index {index}: the topology has {count} {role.value} instance(s); "
                          f"accepted: 0..{count - 1}")
-    return LaunchPlan(topology=topology, role=role, index=index, caches=caches, commands=tuple(commands))
+    return LaunchPlan(topology=topology, role=role, index=index, caches=caches, commands=tuple(commands),
+                      vllm=vllm, warnings=warnings)
+
+
+def _engine_command(python: str, name: str, kind: str, topology: Topology, inst: EngineInstance,
+                    cache: InstanceCache, place: EnginePlacement) -> RoleCommand:
+    argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_argv)
+    return RoleCommand(name=name, role=Role(kind), argv=argv, env=engine_env(topology, inst, place.extra_env),
+                       host=inst.host, port=inst.port, side_channel_port=inst.side_channel_port, cache=cache,
+                       gpus=place.gpus, gpu_memory_utilization=place.gpu_memory_utilization)
 
 
 def proxy_command(python: str, topology: Topology) -> RoleCommand:

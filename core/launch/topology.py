@@ -60,6 +60,8 @@ class EngineOptions:
     is_plugin_fixes: bool = True  # NIXL progress delay + compute threads kept on assigned cores (CPU)
     nixl_progress_delay_us: int = DEFAULT_PROGRESS_DELAY_US
     seed: int = 0
+    gpu_memory_utilization: float = 0.9  # CUDA: the part of each GPU split among the roles on it (gpus.py)
+    is_enforce_eager: bool = False  # --enforce-eager on CUDA too (always on CPU): no torch.compile, no graphs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +76,7 @@ class EngineInstance:
     conv_dtype: DType | None = None
     env: tuple[tuple[str, str], ...] = ()  # extra environment, applied last
     extra_args: tuple[str, ...] = ()  # extra vLLM flags, appended last
+    gpu_memory_utilization: float | None = None  # CUDA: this role's share; None: an even split (gpus.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,14 +103,16 @@ class Topology:
 
 
 def local_topology(*, model: Path | None = None, device: Device = Device.CPU, engine: EngineOptions | None = None,
-                   num_cores: int = 2, base_port: int = 8000) -> Topology:
+                   num_cores: int = 2, num_gpus: int = 1, base_port: int = 8000) -> Topology:
     """One prefill, one decode and the proxy on this machine (the embedded default).
 
     Ports: proxy `base_port`, prefill +100 (NIXL side channel +150), decode +200 (+250). On CPU, prefill gets
     core 0 and decode the last core: two servers sharing cores crawl (18-104 s per request
-    measured on 2 cores, leases expiring) while pinned ones answer in about a second.
+    measured on 2 cores, leases expiring) while pinned ones answer in about a second. On CUDA the ids are GPU
+    ids: prefill GPU 0, decode GPU 1 when there is one, else both share GPU 0 (memory split by gpus.py).
     """
-    first, last = (0,), (max(0, num_cores - 1),)
+    last_unit = num_cores - 1 if device is Device.CPU else min(1, num_gpus - 1)
+    first, last = (0,), (max(0, last_unit),)
     return Topology(
         model=(model or TINY_MODEL_DIR).resolve(),
         device=device,

@@ -10,6 +10,9 @@
     proxy: {host: 127.0.0.1, port: 8000, policy: round_robin}
 
 An instance may also set block_size, mamba_ssm_cache_dtype, mamba_cache_dtype, env (a mapping) and extra_args.
+With `device: cuda`, `devices` are GPU ids, and an instance may fix its `gpu_memory_utilization`; the engine's
+`gpu_memory_utilization` is then what the roles on one GPU split (gpus.py), and `enforce_eager: true` skips
+torch.compile and CUDA graphs.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from hybridserve.core.launch.topology import (
 )
 
 _ENGINE_KEYS = {"mamba_ssm_cache_dtype": "ssm_dtype", "mamba_cache_dtype": "conv_dtype",
-                "async_scheduling": "is_async_scheduling", "plugin_fixes": "is_plugin_fixes"}
+                "async_scheduling": "is_async_scheduling", "plugin_fixes": "is_plugin_fixes",
+                "enforce_eager": "is_enforce_eager"}
 _INSTANCE_KEYS = {"mamba_ssm_cache_dtype": "ssm_dtype", "mamba_cache_dtype": "conv_dtype"}
 
 

@@ -58,6 +58,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "fragmentation_runs": plan.request.num_runs,
         "capacity": None if cap is None else {
             "weights_bytes": cap.weights_bytes, "kv_cache_bytes": cap.kv_cache_bytes, "num_blocks": cap.num_blocks,
+            "gpu_memory_utilization": plan.request.budget.gpu_memory_utilization if plan.request.budget else None,
         },
         "requests": [
             {"prompt_tokens": r.prompt_tokens, "moved_tokens": r.vllm.moved_tokens, "max_requests": r.max_requests,

@@ -90,11 +90,16 @@ class Deployment:
     engine_logs: tuple[Path, ...]
 
 
-def _topology(config: Config, model: Path, base_port: int, num_cores: int, fault: FaultKind | None):
-    from hybridserve.core.launch.topology import EngineOptions, local_topology
+def _topology(config: Config, model: Path, base_port: int, num_cores: int, fault: FaultKind | None,
+              device: str = "cpu", engine=None):  # noqa: ANN001
+    from hybridserve.core.launch.gpus import count_gpus
+    from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
 
-    engine = EngineOptions(is_async_scheduling=config.is_async)
-    topology = local_topology(model=model, engine=engine, num_cores=num_cores, base_port=base_port)
+    engine = replace(engine or EngineOptions(), is_async_scheduling=config.is_async)
+    where = Device.parse(device)
+    num_gpus = max(1, count_gpus()) if where is Device.CUDA else 1
+    topology = local_topology(model=model, device=where, engine=engine, num_cores=num_cores, num_gpus=num_gpus,
+                              base_port=base_port)
     if fault is None:
         return topology
     decode = tuple(replace(d, env=(*d.env, (FAULT_ENV, fault.value))) for d in topology.decode)
@@ -103,17 +108,16 @@ def _topology(config: Config, model: Path, base_port: int, num_cores: int, fault
 
 def _plan(config: Config, topology):  # noqa: ANN001, ANN202
     """P/D: launch's `all` plan. Single: launch's decode command without its KV connector, on all cores."""
-    from hybridserve.core.launch.plan import Role, make_launch_plan
-    from hybridserve.core.launch.preflight import preflight
+    from hybridserve.core.launch.machine import machine_plan
+    from hybridserve.core.launch.plan import Role
 
-    plan = make_launch_plan(topology, Role.ALL if config.is_pd else Role.SINGLE)
-    preflight(plan)
-    return plan
+    return machine_plan(topology, Role.ALL if config.is_pd else Role.SINGLE)  # as `launch` starts it
 
 
 @contextlib.contextmanager
 def deployed(target: Target, *, model: Path, base_port: int, run_root: Path, num_cores: int,
-             timeout_s: float, on_progress=None) -> Iterator[Deployment]:  # noqa: ANN001
+             timeout_s: float, on_progress=None, device: str = "cpu",  # noqa: ANN001
+             engine=None) -> Iterator[Deployment]:  # noqa: ANN001
     """Yield where to send prompts; a started configuration is stopped (every process group) on the way out."""
     if target.url is not None:
         yield Deployment(url=target.url, run_dir=None, engine_logs=())
@@ -121,7 +125,7 @@ def deployed(target: Target, *, model: Path, base_port: int, run_root: Path, num
     from hybridserve.core.launch.runner import new_run_dir, started
 
     assert target.config is not None
-    plan = _plan(target.config, _topology(target.config, model, base_port, num_cores, target.fault))
+    plan = _plan(target.config, _topology(target.config, model, base_port, num_cores, target.fault, device, engine))
     run_dir = new_run_dir(run_root, target.config.value)
     with started(plan, run_dir, timeout_s=timeout_s, on_progress=on_progress):
         front = plan.commands[-1]  # the proxy for P/D, the server itself for single

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,8 @@ class ValidateRequest:
     run_root: Path = Path("runs")
     num_cores: int = 2
     start_timeout_s: float = 300.0
+    device: str = "cpu"  # where configurations validate starts run: cpu or cuda (launch's --device)
+    engine: Any = None  # launch's EngineOptions for started configurations (None: launch's defaults)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,7 +69,8 @@ def _run_target(phase: str, target: Target, request: ValidateRequest, model: Pat
     if progress is not None:
         progress(phase, 0, total)
     with deployed(target, model=model, base_port=request.base_port, run_root=request.run_root.resolve(),
-                  num_cores=request.num_cores, timeout_s=request.start_timeout_s) as deployment:
+                  num_cores=request.num_cores, timeout_s=request.start_timeout_s, device=request.device,
+                  engine=request.engine) as deployment:
         settings = request.settings
         if target.config is not None and settings.model is None:  # launch serves the folder's name
             from dataclasses import replace

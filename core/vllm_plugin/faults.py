@@ -23,6 +23,7 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.common.fault_kind import FAULT_ENV, FaultKind, parse_fault
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
+from hybridserve.core.vllm_plugin.nixl_results import failed_recving, finished_recving, results_method
 
 NIXL_PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
 LATE_STEPS = 6  # worker steps; the first decode steps of the request run before the bytes land
@@ -81,7 +82,8 @@ def _overwrite(worker: Any, meta: Any, want_gdn: bool, source: dict[int, list[in
 
 
 def _patch_early_completion(worker_cls: Any) -> None:
-    read, results = worker_cls._read_blocks, worker_cls.get_transfer_results
+    name = results_method(worker_cls)
+    read, results = worker_cls._read_blocks, getattr(worker_cls, name)
 
     def _read_blocks(self: Any, *args: Any, **kwargs: Any) -> Any:
         request_id = kwargs.get("request_id", args[2] if len(args) > 2 else None)
@@ -103,7 +105,7 @@ def _patch_early_completion(worker_cls: Any) -> None:
                            request_id, LATE_STEPS)
         return posted
 
-    def get_transfer_results(self: Any) -> Any:
+    def step_results(self: Any) -> Any:
         step = self.__dict__["_hybridserve_step"] = self.__dict__.get("_hybridserve_step", 0) + 1
         late = self.__dict__.setdefault("_hybridserve_late", [])
         for entry in list(late):
@@ -117,17 +119,18 @@ def _patch_early_completion(worker_cls: Any) -> None:
         return results(self)
 
     worker_cls._read_blocks = _read_blocks
-    worker_cls.get_transfer_results = get_transfer_results
+    setattr(worker_cls, name, step_results)
 
 
 def _patch_after_transfer(worker_cls: Any, kind: FaultKind) -> None:
-    results = worker_cls.get_transfer_results
+    name = results_method(worker_cls)
+    results = getattr(worker_cls, name)
 
-    def get_transfer_results(self: Any) -> Any:
+    def step_results(self: Any) -> Any:
         metas = dict(self._recving_metadata)
         out = results(self)
-        failed = getattr(out, "failed_recving", set()) or set()
-        for req_id in getattr(out, "finished_recving", ()) or ():
+        failed = failed_recving(out)
+        for req_id in finished_recving(out):
             meta = metas.get(req_id)
             if meta is None or req_id in failed:
                 continue
@@ -142,7 +145,7 @@ def _patch_after_transfer(worker_cls: Any, kind: FaultKind) -> None:
                            kind.value, req_id, num)
         return out
 
-    worker_cls.get_transfer_results = get_transfer_results
+    setattr(worker_cls, name, step_results)
 
 
 def patch_worker_module(module: ModuleType, kind: FaultKind) -> None:

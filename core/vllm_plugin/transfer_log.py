@@ -13,6 +13,7 @@ from typing import Any
 
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
+from hybridserve.core.vllm_plugin.nixl_results import finished_recving, results_method
 
 NIXL_PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
 RECEIVED_LOG_PREFIX = "hybridserve: NIXL received request"
@@ -35,7 +36,8 @@ def describe(kinds: list[str], block_ids: Any) -> str:
 
 def patch_worker_module(module: ModuleType) -> None:
     worker_cls = module.NixlPullConnectorWorker  # the default (pull) mode: D reads from P
-    read, results = worker_cls._read_blocks_for_req, worker_cls.get_transfer_results
+    name = results_method(worker_cls)
+    read, results = worker_cls._read_blocks_for_req, getattr(worker_cls, name)
     if getattr(read, "_hybridserve", False):
         return
 
@@ -44,17 +46,17 @@ def patch_worker_module(module: ModuleType) -> None:
         pending[req_id] = describe(_group_kinds(self), getattr(meta, "local_block_ids", ()) or ())
         return read(self, req_id, meta)
 
-    def get_transfer_results(self: Any) -> Any:
+    def step_results(self: Any) -> Any:
         out = results(self)
         pending = self.__dict__.get("_hybridserve_reads", {})
-        for req_id in getattr(out, "finished_recving", ()) or ():
+        for req_id in finished_recving(out):
             if req_id in pending:
                 logger.info("%s %s: %s", RECEIVED_LOG_PREFIX, req_id, pending.pop(req_id))
         return out
 
     _read_blocks_for_req._hybridserve = True  # type: ignore[attr-defined]
     worker_cls._read_blocks_for_req = _read_blocks_for_req
-    worker_cls.get_transfer_results = get_transfer_results
+    setattr(worker_cls, name, step_results)
 
 
 def install() -> None:

@@ -1,0 +1,123 @@
+"""The GPUs of this host, counted without torch, and how the roles placed on one GPU share its memory.
+
+Counting asks NVML through ctypes (the driver's own library, no Python package needed) and falls back to
+`nvidia-smi -L`; a host without either has 0 GPUs. Placement is by GPU id, never by CPU core id.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import shutil
+import subprocess
+from collections.abc import Callable, Iterable
+
+from hybridserve.core.common.errors import InputError
+
+MAX_TOTAL_SHARE = 0.95  # what the roles on one GPU may ask for together; the rest is CUDA context and NCCL headroom
+DEFAULT_SHARE = 0.9  # vLLM's own --gpu-memory-utilization default, kept for a role that has a GPU to itself
+
+
+def count_gpus(*, nvml: Callable[[], int | None] | None = None, smi: Callable[[], int | None] | None = None) -> int:
+    """GPUs the driver sees: NVML first, then `nvidia-smi -L`, else 0 (a CPU host)."""
+    for probe in (nvml or _count_nvml, smi or _count_smi):
+        found = probe()
+        if found is not None:
+            return found
+    return 0
+
+
+def _count_nvml() -> int | None:
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    count = ctypes.c_uint(0)
+    try:
+        if lib.nvmlInit_v2() != 0:
+            return None
+        ok = lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
+        lib.nvmlShutdown()
+    except AttributeError:
+        return None
+    return count.value if ok else None
+
+
+def _count_smi() -> int | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_smi_list(done.stdout) if done.returncode == 0 else None
+
+
+def parse_smi_list(text: str) -> int:
+    """`nvidia-smi -L` prints one 'GPU <n>: <name> (UUID: ...)' line per GPU (MIG devices are indented)."""
+    return sum(1 for line in text.splitlines() if line.startswith("GPU "))
+
+
+def memory_shares(placements: Iterable[tuple[str, tuple[int, ...]]], *, total: float = DEFAULT_SHARE,
+                  fixed: dict[str, float] | None = None) -> dict[str, float]:
+    """--gpu-memory-utilization per role: `total` of each GPU split evenly among the roles placed on it.
+
+    `placements` is (role name, GPU ids); a TP role on several GPUs gets the smallest of its GPUs' shares.
+    `fixed` holds shares the topology set; the others split what is left. Raises InputError when a GPU's
+    shares sum to more than MAX_TOTAL_SHARE. Example: prefill and decode on GPU 0, total 0.9 -> 0.45 each.
+    """
+    placements = list(placements)
+    fixed = fixed or {}
+    if not 0 < total <= MAX_TOTAL_SHARE:
+        raise InputError(f"--gpu-memory-utilization {total}: accepted: more than 0, at most {MAX_TOTAL_SHARE} "
+                         "(the part of each GPU that launch splits among the roles placed on it)")
+    on_gpu: dict[int, list[str]] = {}
+    for name, gpus in placements:
+        for gpu in gpus:
+            on_gpu.setdefault(gpu, []).append(name)
+    share_of: dict[str, float] = {}
+    for gpu, names in sorted(on_gpu.items()):
+        taken = sum(fixed[n] for n in names if n in fixed)
+        free = [n for n in names if n not in fixed]
+        if taken + (0.01 * len(free)) > MAX_TOTAL_SHARE + 1e-9:
+            raise InputError(f"GPU {gpu}: gpu_memory_utilization of {', '.join(names)} sum to {taken:.3f}; "
+                             f"accepted: at most {MAX_TOTAL_SHARE} for all roles on one GPU")
+        each = _round_down(max(0.0, min(total, MAX_TOTAL_SHARE) - taken) / len(free)) if free else 0.0
+        for name in names:
+            share = fixed.get(name, each)
+            share_of[name] = min(share_of.get(name, share), share)
+    return {name: share_of[name] for name, _ in placements}
+
+
+def start_waves(placements: Iterable[tuple[str, tuple[int, ...]]]) -> list[list[str]]:
+    """Start order: a role that shares a GPU with an earlier one waits for it to be healthy.
+
+    vLLM sizes its KV cache from the change in free GPU memory while it profiles; a neighbour allocating or
+    freeing on the same GPU at that moment makes the estimate wrong or trips vLLM's assert
+    (`gpu_worker.determine_available_memory`: "Error in memory profiling"). Roles on separate GPUs start together.
+    """
+    waves: list[list[str]] = []
+    busy: list[set[int]] = []
+    for name, gpus in placements:
+        for wave, used in zip(waves, busy):
+            if not used & set(gpus):
+                wave.append(name)
+                used.update(gpus)
+                break
+        else:
+            waves.append([name])
+            busy.append(set(gpus))
+    return waves
+
+
+def check_gpus_exist(placements: Iterable[tuple[str, tuple[int, ...]]], num_gpus: int) -> None:
+    """Refuse, in one line, a GPU id this host does not have."""
+    for name, gpus in placements:
+        for gpu in gpus:
+            if not 0 <= gpu < num_gpus:
+                have = f"GPUs 0..{num_gpus - 1}" if num_gpus else "no GPU (nvidia-smi/NVML found none)"
+                raise InputError(f"{name}: GPU {gpu} does not exist; this host has {have}")
+
+
+def _round_down(share: float) -> float:
+    return math.floor(share * 1000 + 1e-9) / 1000

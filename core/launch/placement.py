@@ -1,0 +1,55 @@
+"""Per engine: the GPUs it runs on, its share of their memory, and what the installed vLLM needs added.
+
+Pure: the GPU count and the vLLM version come in from the caller (request.py reads them from the machine).
+On CUDA every engine gets `--gpu-memory-utilization` (its share, gpus.memory_shares) and the UCX variables that
+keep same-host VRAM reads on cuda_ipc (core/common/ucx.py). On vLLM 0.26 a text-only Qwen3.5 is served from its
+wrapped form (model_form.py) with `--language-model-only`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from hybridserve.core.common import ucx
+from hybridserve.core.launch import model_form
+from hybridserve.core.launch.gpus import memory_shares
+from hybridserve.core.launch.topology import Device, EngineInstance, Topology
+from hybridserve.core.launch.vllm_version import VllmFeatures, check_gdn_backend
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnginePlacement:
+    topology: Topology  # what the engine's command line is written from (the model folder vLLM loads)
+    gpus: tuple[int, ...] | None = None
+    gpu_memory_utilization: float | None = None
+    extra_argv: tuple[str, ...] = ()
+    extra_env: tuple[tuple[str, str], ...] = ()
+
+
+def engine_gpus(instance: EngineInstance) -> tuple[int, ...]:
+    """The GPU ids an engine uses: the ones it names, else vLLM's default of the first `tp` GPUs."""
+    return instance.devices if instance.devices is not None else tuple(range(instance.tp))
+
+
+def served_topology(topology: Topology, vllm: VllmFeatures) -> Topology:
+    """The topology whose model folder this vLLM can load; the served name stays the original folder's."""
+    if vllm.has_text_only_qwen3_5 or not model_form.needs_wrapper(topology.model):
+        return topology
+    return replace(topology, model=model_form.wrapped_dir(topology.model), served_model_name=topology.model_name)
+
+
+def placements(topology: Topology, engines: list[tuple[str, str, EngineInstance]],
+               vllm: VllmFeatures) -> dict[str, EnginePlacement]:
+    check_gdn_backend(vllm, topology.engine.gdn_prefill_backend)
+    served = served_topology(topology, vllm)
+    model_argv = ("--language-model-only",) if served is not topology else ()
+    if topology.device is not Device.CUDA:
+        return {name: EnginePlacement(topology=served, extra_argv=model_argv) for name, _, _ in engines}
+    where = [(name, engine_gpus(inst)) for name, _, inst in engines]
+    fixed = {name: inst.gpu_memory_utilization for name, _, inst in engines if inst.gpu_memory_utilization}
+    shares = memory_shares(where, total=topology.engine.gpu_memory_utilization, fixed=fixed)
+    env = tuple(sorted(ucx.cuda_ipc_env().items()))
+    return {name: EnginePlacement(topology=served, gpus=gpus, gpu_memory_utilization=shares[name],
+                                  extra_argv=model_argv + ("--gpu-memory-utilization", str(shares[name])),
+                                  extra_env=env)
+            for name, gpus in where}
