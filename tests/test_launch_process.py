@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from _run_groups import kill_run_groups
+
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.launch.plan import Role, RoleCommand
 from hybridserve.core.launch.process import start_role, stop_roles
@@ -96,11 +98,7 @@ def _launch_proxy(tmp_path: Path, **popen) -> tuple[subprocess.Popen, int, int]:
 def _cleanup(launcher: subprocess.Popen, runs: Path) -> None:
     if launcher.poll() is None:
         os.killpg(launcher.pid, signal.SIGKILL)
-    for pid_file in runs.glob("*/*.pid"):
-        try:
-            os.killpg(int(pid_file.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, PermissionError, ValueError):
-            pass
+    kill_run_groups(runs)
 
 
 def _port_is_free(port: int) -> bool:
