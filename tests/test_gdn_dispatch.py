@@ -100,6 +100,19 @@ def test_preflight_refuses_a_profile_from_another_gpu_or_library_versions(tmp_pa
     check_tuned_profile(read_header(two_bucket_profile(tmp_path / "ok.yaml")), Device.CPU)  # made here: accepted
 
 
+def test_preflight_reads_each_version_as_tune_records_it(monkeypatch) -> None:
+    """A profile tuned on this host passes this host's preflight: both read each library's version the same way. (On
+    the H200 torch.__version__ '2.11.0+cu130', recorded by tune, was once checked against the distribution's
+    '2.11.0', and a profile made there was refused there.)"""
+    from hybridserve.core.launch import tuned
+    from hybridserve.kernels.summary import environment
+
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    recorded = environment(torch.device("cpu"))["versions"]
+    assert recorded["torch"] == "2.11.0+cu130"
+    assert {dist: tuned._host_version(dist) for dist in recorded} == recorded
+
+
 def test_launch_refuses_a_file_that_is_not_a_profile(tmp_path) -> None:
     bad = tmp_path / "t.yaml"
     bad.write_text("schema: something-else\n")
@@ -145,4 +158,85 @@ def test_cuda_seam_converts_vllms_v_first_state_and_falls_back_to_vllms_own_call
     assert native_calls == [600, 2000]
     assert "bucket TP1 1x16 (heads 2/2) -> torch[chunk_size=64]" in caplog.text
     assert "bucket TP1 1x512 (heads 2/2) -> flashinfer[use_cp=auto] = vLLM's own kernel" in caplog.text
-    assert "bucket TP1 4x512 (heads 2/2) -> vLLM's own kernel (winner flashqla[default] cannot run here" in caplog.text
+    assert ("bucket TP1 4x512 (heads 2/2) -> vLLM's own kernel (no setting of the bucket runs here: "
+            "flashqla[default] cannot run here") in caplog.text
+
+
+def test_cuda_seam_falls_back_along_the_ranked_list_to_the_next_setting_that_runs(tmp_path, caplog) -> None:
+    """A bucket won by FlashQLA, in a server without it, runs the bucket's next-fastest setting (here torch), not
+    vLLM's own call, and says so once."""
+    from hybridserve.core.vllm_plugin.gdn_dispatch import _routed
+    from hybridserve.kernels import naive
+    from hybridserve.kernels.inputs import GdnShape, make_inputs
+    from hybridserve.kernels.tuned_profile import Choice
+
+    path = write_entries(tmp_path / "p.yaml", (entry(16, (Choice(backend="flashqla"), TORCH64)),))
+    native_calls = []
+    forward = _routed(lambda *a, **k: native_calls.append(a), "flashinfer", _LazyRouter(str(path), False))
+    x = make_inputs(GdnShape(seqlens=(16,), num_key_heads=2, num_value_heads=2, key_head_dim=64, value_head_dim=64),
+                    seed=7)
+    with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
+        o, state = forward(x.q.unsqueeze(0), x.k.unsqueeze(0), x.v.unsqueeze(0), x.g.unsqueeze(0),
+                           x.beta.unsqueeze(0), x.initial_state.transpose(-1, -2), True, cu_seqlens=x.cu_seqlens,
+                           use_qk_l2norm_in_kernel=False)
+    o_ref, state_ref = naive.gdn_prefill(**x.as_kwargs())
+    assert native_calls == []
+    assert_close(o.squeeze(0), o_ref, 2e-2, "o")
+    assert_close(state, state_ref.transpose(-1, -2), 2e-2, "state [N, Hv, V, K]")
+    assert "bucket TP1 1x16 (heads 2/2) -> torch[chunk_size=64] (flashqla[default] cannot run here" in caplog.text
+
+
+def test_flashinfer_auto_resolves_as_flashinfer_does_per_batch(monkeypatch) -> None:
+    """FlashInfer 0.6's use_cp='auto': CP on SM90 while num_seqs x value heads < half the SMs (66 on an H200)."""
+    from hybridserve.kernels import backend_flashinfer
+    from hybridserve.kernels.registry import get_backend
+
+    monkeypatch.setattr(backend_flashinfer, "_sm90_and_sms", lambda device: (True, 132))
+    fi, cuda = get_backend("flashinfer"), torch.device("cuda")
+    auto = (("use_cp", "auto"),)
+    assert fi.kernel_for(auto, num_seqs=1, num_value_heads=32, device=cuda) == (("use_cp", True),)
+    assert fi.kernel_for(auto, num_seqs=2, num_value_heads=33, device=cuda) == (("use_cp", False),)  # 66: not < 66
+    assert fi.kernel_for(auto, num_seqs=4, num_value_heads=32, device=cuda) == (("use_cp", False),)
+    assert fi.kernel_for((("use_cp", True), ("cp_chunk_len", 1024)), num_seqs=4, num_value_heads=32,
+                         device=cuda) == (("cp_chunk_len", 1024), ("use_cp", True))
+    assert fi.kernel_for(auto, num_seqs=1, num_value_heads=2, device=torch.device("cpu")) == (("use_cp", False),)
+
+
+def test_cuda_seam_keeps_vllms_call_for_batches_where_the_winner_is_its_kernel(tmp_path, monkeypatch,
+                                                                                caplog) -> None:
+    """A bucket won by FlashInfer use_cp=True: a batch where FlashInfer's own 'auto' picks CP too (few sequences)
+    runs vLLM's call untouched; a batch where 'auto' would not (many sequences) is routed to use_cp=True."""
+    from hybridserve.core.vllm_plugin.gdn_dispatch import _routed
+    from hybridserve.kernels import backend_flashinfer
+    from hybridserve.kernels.backend import OK
+    from hybridserve.kernels.tuned_profile import Choice
+
+    monkeypatch.setattr(backend_flashinfer, "_cp_heuristic", lambda num_seqs, heads, device: num_seqs * heads < 66)
+    monkeypatch.setattr(backend_flashinfer.FlashInferBackend, "supports", lambda self, *a: OK)
+    routed = []
+
+    def fake_prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
+                     max_seqlen=None, **knobs):
+        routed.append((cu_seqlens.numel() - 1, knobs))
+        return torch.zeros_like(v), initial_state
+
+    monkeypatch.setattr(backend_flashinfer.FlashInferBackend, "prefill", fake_prefill)
+    cp = Choice(backend="flashinfer", knobs=(("use_cp", True),))
+    path = write_entries(tmp_path / "p.yaml", (entry(64, (cp,)),))
+    native_calls = []
+    forward = _routed(lambda *a, **kw: native_calls.append(kw["cu_seqlens"].numel() - 1) or "vLLM's own",
+                      "flashinfer", _LazyRouter(str(path), False))
+
+    def call(num_seqs: int, seq_len: int = 64):
+        t = num_seqs * seq_len
+        q = torch.zeros(1, t, 2, 64)
+        state = torch.zeros(num_seqs, 2, 64, 64)
+        cu = torch.arange(0, t + 1, seq_len, dtype=torch.int32)
+        return forward(q, q, q, torch.zeros(1, t, 2), torch.zeros(1, t, 2), state, True, cu_seqlens=cu,
+                       use_qk_l2norm_in_kernel=False)
+
+    with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
+        assert call(1) == "vLLM's own" and call(32) == "vLLM's own"  # 1 x 2 and 32 x 2 heads < 66: auto is CP
+        call(40)  # 40 x 2 = 80 heads: auto would not use CP; the winner does
+    assert native_calls == [1, 32] and routed == [(40, {"use_cp": True})]
+    assert "flashinfer[use_cp=True] is vLLM's own kernel for 1 seq(s) x 2 heads" in caplog.text

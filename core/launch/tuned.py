@@ -114,10 +114,10 @@ def _host_gpu(device: Device) -> str:
 
 def _host_version(dist: str) -> str | None:
     """The installed version; None when the library is not here (its winners fall back at run time, said once)."""
-    if dist == "cuda":
+    if dist in ("cuda", "torch"):  # as kernels/summary.py records them: torch.__version__ keeps its +cu130 tag
         import torch
 
-        return str(torch.version.cuda)
+        return str(torch.version.cuda) if dist == "cuda" else str(torch.__version__)
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:

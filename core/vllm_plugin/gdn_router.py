@@ -1,8 +1,10 @@
 """Per-batch GDN prefill routing inside a vLLM server, from a tuned profile (`launch --tuned-profile`).
 
 For each prefill call the router finds the profile's nearest bucket (same per-rank heads, i.e. the TP; then
-batch size and mean length, from host-side counts: no device sync) and returns a `Route`: the bucket's winner, or
-vLLM's own call when the winner is what vLLM runs anyway or cannot run here. Each bucket's decision is logged once
+batch size and mean length, from host-side counts: no device sync) and returns a `Route`: the bucket's fastest
+setting that can run here (the winner, else the next along the bucket's ranked list, e.g. FlashInfer's best where
+FlashQLA is not installed), or vLLM's own call when that setting is what vLLM runs anyway or none can run.
+Each bucket's decision is logged once
 (`hybridserve: GDN prefill bucket ...`); with `HYBRIDSERVE_GDN_DISPATCH_LOG_CALLS=1` every call is logged too.
 
 The kernels package is imported here lazily, inside the server (core never imports it at module level).
@@ -67,22 +69,28 @@ class GdnRouter:
         return route
 
     def _decide(self, entry: Any, q: Any, v: Any, is_native: IsNative) -> Route:
+        """The bucket's fastest setting that runs here, along its ranked list (as Dispatch.choose); vLLM's own
+        call where that setting is what vLLM runs anyway or where none of them can run."""
         from hybridserve.kernels import registry
         from hybridserve.kernels.inputs import GdnShape
 
         bucket = f"TP{entry.tp} {entry.num_seqs}x{entry.seq_len}"
-        winner = entry.winner
-        if winner.backend not in registry.backend_names():
-            return Route(bucket=bucket, label=f"{NATIVE} (winner {winner.label} unknown to this hybridserve)")
-        backend = registry.get_backend(winner.backend)
         shape = GdnShape(seqlens=(entry.seq_len,) * entry.num_seqs, num_key_heads=q.shape[-2],
                          num_value_heads=v.shape[-2], key_head_dim=q.shape[-1], value_head_dim=v.shape[-1])
-        if is_native(backend, winner.knobs, shape):
-            return Route(bucket=bucket, label=f"{winner.label} = {NATIVE}")
-        ok, reason = backend.supports(shape, q.dtype, q.device)
-        if not ok:
-            return Route(bucket=bucket, label=f"{NATIVE} (winner {winner.label} cannot run here: {reason})")
-        return Route(bucket=bucket, label=winner.label, backend=backend, knobs=winner.knobs)
+        passed_over: list[str] = []
+        for choice in entry.ranked or (entry.winner,):
+            if choice.backend not in registry.backend_names():
+                passed_over.append(f"{choice.label} unknown to this hybridserve")
+                continue
+            backend = registry.get_backend(choice.backend)
+            why = f" ({'; '.join(passed_over)})" if passed_over else ""
+            if is_native(backend, choice.knobs, shape):
+                return Route(bucket=bucket, label=f"{choice.label} = {NATIVE}{why}")
+            ok, reason = backend.supports(shape, q.dtype, q.device)
+            if ok:
+                return Route(bucket=bucket, label=f"{choice.label}{why}", backend=backend, knobs=choice.knobs)
+            passed_over.append(f"{choice.label} cannot run here: {reason}")
+        return Route(bucket=bucket, label=f"{NATIVE} (no setting of the bucket runs here: {'; '.join(passed_over)})")
 
 
 def l2_normalized(x: Any, eps: float) -> Any:
