@@ -60,6 +60,12 @@ class Backend(abc.ABC):
         """Every knob setting worth timing for this shape; the first one is the backend's own default."""
         return [()]
 
+    def kernel_for(self, knobs: KnobSetting, *, num_seqs: int, num_value_heads: int,
+                   device: torch.device) -> KnobSetting:
+        """The setting with every 'auto' knob resolved as the library resolves it for this batch: two settings
+        with the same answer run the same kernel (a router then keeps vLLM's own call). Default: as given."""
+        return tuple(knobs)
+
     @abc.abstractmethod
     def prefill(
         self,

