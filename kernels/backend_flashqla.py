@@ -43,7 +43,7 @@ class FlashQlaBackend(Backend):
     )
 
     def __init__(self) -> None:
-        self._cu64: collections.deque = collections.deque(maxlen=8)
+        self._prepared_cu: collections.deque = collections.deque(maxlen=8)
 
     def availability(self) -> Support:
         if importlib.util.find_spec("flash_qla") is None:
@@ -63,23 +63,42 @@ class FlashQlaBackend(Backend):
             settings.append((("auto_cp", True), ("force_intra_cp", True)))
         return settings
 
-    def _int64(self, cu_seqlens: torch.Tensor) -> torch.Tensor:
-        """cu_seqlens as int64 (FlashQLA's documented type), converted once per tensor object."""
-        if cu_seqlens.dtype == torch.int64:
-            return cu_seqlens
-        for seen, converted in self._cu64:
+    def _prepared(self, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(cu_seqlens as int64 without its empty sequences, the indices of the non-empty ones or None when none is
+        empty), worked out once per tensor object (one device read, as the FlashInfer adapter's). FlashQLA 0.1.3
+        cannot take an empty sequence: measured on the H200, auto_cp=True raises 'invalid sequence lengths' and
+        auto_cp=False returns inf."""
+        for seen, prepared in self._prepared_cu:
             if seen is cu_seqlens:
-                return converted
-        converted = cu_seqlens.to(torch.int64)
-        self._cu64.append((cu_seqlens, converted))
-        return converted
+                return prepared
+        cu = cu_seqlens.to(torch.int64)
+        lengths = cu[1:] - cu[:-1]
+        nonempty = (lengths > 0).nonzero().squeeze(1) if bool((lengths == 0).any()) else None
+        prepared = (cu if nonempty is None else torch.cat([cu[:1], cu[1:][nonempty]]), nonempty)
+        self._prepared_cu.append((cu_seqlens, prepared))
+        return prepared
 
     def prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
                 max_seqlen=None, **knobs: Any):
+        cu, nonempty = self._prepared(cu_seqlens)
+        if nonempty is not None and nonempty.numel() == 0:  # every sequence empty: no token, the state unchanged
+            final = self._unchanged(initial_state, cu_seqlens, v, k) if output_final_state else None
+            return v.new_zeros(v.shape), final
+        kept = initial_state if nonempty is None or initial_state is None else initial_state[nonempty]
         o, state = _load().chunk_gated_delta_rule(
             q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), g.unsqueeze(0), beta.unsqueeze(0),
-            scale=scale, initial_state=initial_state, output_final_state=output_final_state,
-            cu_seqlens=self._int64(cu_seqlens), auto_cp=bool(knobs.get("auto_cp", True)),
-            force_intra_cp=bool(knobs.get("force_intra_cp", False)),
+            scale=scale, initial_state=kept, output_final_state=output_final_state, cu_seqlens=cu,
+            auto_cp=bool(knobs.get("auto_cp", True)), force_intra_cp=bool(knobs.get("force_intra_cp", False)),
         )
+        if nonempty is not None and state is not None:  # an empty sequence's final state is its initial state
+            full = self._unchanged(initial_state, cu_seqlens, v, k)
+            full[nonempty] = state.to(full.dtype)
+            state = full
         return o.squeeze(0), state
+
+    @staticmethod
+    def _unchanged(initial_state, cu_seqlens, v, k) -> torch.Tensor:
+        if initial_state is not None:
+            return initial_state.float().clone()
+        return torch.zeros(cu_seqlens.numel() - 1, v.shape[1], k.shape[2], v.shape[2], dtype=torch.float32,
+                           device=v.device)

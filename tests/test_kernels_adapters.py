@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from hybridserve.kernels import backend_fla, backend_flashinfer, chunk_torch, naive
+from hybridserve.kernels import backend_fla, backend_flashinfer, backend_flashqla, chunk_torch, naive
 from hybridserve.kernels.inputs import GdnShape, make_inputs
 from hybridserve.kernels.metrics import assert_close
 
@@ -51,6 +51,35 @@ def test_flashinfer_adapter_keeps_the_project_convention(monkeypatch, seqlens, h
     o_ref, state_ref = naive.gdn_prefill(**x.as_kwargs())
     assert_close(o, o_ref, 1e-5, "o")
     assert_close(state, state_ref, 1e-5, "state")  # NaN rows (unwritten) would fail here
+
+
+def fake_flashqla(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                  auto_cp=True, force_intra_cp=False):
+    """FlashQLA 0.1.3 as measured on the H200: an empty sequence in cu_seqlens is refused."""
+    assert q.dim() == 4 and q.shape[0] == 1 and cu_seqlens.dtype == torch.int64
+    lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).tolist()
+    if 0 in lengths:
+        raise ValueError(f"invalid sequence lengths: {lengths}")
+    if initial_state is not None:
+        assert initial_state.shape[0] == len(lengths)
+    o, s = chunk_torch.gdn_prefill(q[0], k[0], v[0], g[0], beta[0], cu_seqlens, scale, initial_state,
+                                   output_final_state)
+    return o.unsqueeze(0), s
+
+
+@pytest.mark.parametrize("seqlens", [*CASES.values(), (0, 0)], ids=[*CASES, "all-empty"])
+@pytest.mark.parametrize("has_init", [True, False], ids=["init", "no-init"])
+def test_flashqla_adapter_passes_over_empty_sequences(monkeypatch, seqlens, has_init: bool) -> None:
+    """Empty sequences never reach FlashQLA; their final state is their initial one (zeros without one)."""
+    monkeypatch.setattr(backend_flashqla, "_load", lambda: types.SimpleNamespace(chunk_gated_delta_rule=fake_flashqla))
+    shape = GdnShape(seqlens=seqlens, num_key_heads=2, num_value_heads=6, key_head_dim=32, value_head_dim=32)
+    x = make_inputs(shape, dtype=torch.float32, seed=4, has_initial_state=has_init)
+    b = backend_flashqla.FlashQlaBackend()
+    o, state = b.prefill(**x.as_kwargs(), auto_cp=True)
+    o_ref, state_ref = naive.gdn_prefill(**x.as_kwargs())
+    assert_close(o, o_ref, 1e-5, "o")
+    assert_close(state, state_ref, 1e-5, "state")
+    assert b.prefill(**x.as_kwargs())[0].shape == o.shape  # the second call reuses the prepared cu_seqlens
 
 
 def test_fla_adapter_keeps_the_project_convention(monkeypatch) -> None:
