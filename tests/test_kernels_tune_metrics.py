@@ -200,5 +200,17 @@ def test_cli_merge_writes_the_merged_profile_and_refuses_bad_input(tmp_path: Pat
 
 
 def test_profiles_written_before_issue_13_still_read() -> None:
-    profile = read_profile(Path(__file__).resolve().parent.parent / "profiles" / "tuned" / "h200.yaml")
+    profile = read_profile(Path(__file__).resolve().parent / "data" / "tuned-h200-before-issue13.yaml")  # 2026-11-29
     assert profile.rank_by == "gpu" and len(profile.entries) == 20 and profile.entries[0].latency_ms == {}
+
+
+def test_the_shipped_h200_profile_meets_issue_13s_tune_goals() -> None:
+    """profiles/tuned/h200.yaml (H200, vLLM 0.26's FlashInfer 0.6.14 + fla + FlashQLA, merged): the tuned choice is
+    >= 1.10x FlashInfer auto by GPU time (geomean over the 20 shapes) and <= 1 % off the best setting on each."""
+    from hybridserve.kernels.summary import geomean
+
+    profile = read_profile(Path(__file__).resolve().parent.parent / "profiles" / "tuned" / "h200.yaml")
+    assert len(profile.entries) == 20 and {"flashqla", "flashinfer", "fla"} <= {
+        c.backend for e in profile.entries for c in e.ranked}
+    assert geomean([e.flashinfer_auto_ms / e.winner_ms for e in profile.entries]) >= 1.10
+    assert all(e.winner_ms <= 1.01 * e.best_ms for e in profile.entries)
