@@ -3,7 +3,8 @@
 Slow (about 5 minutes on 2 cores). One baseline server (single, sync) is shared by every case. pd-sync is started
 once; one pd-async deployment with a fault switch (`deployed(..., is_fault_switchable=True)`) serves the clean run
 and then each fault in turn (armed through its run folder's switch file, no restart). Each run is validated per
-seed (a seed is a different prompt set of 520-760 words): 5 seeds for the clean runs, FAULT_SEEDS for the faults.
+seed (a seed is a different prompt set of 520-760 words): 5 seeds for the clean runs, FAULT_SEEDS for the faults;
+the baseline answers each seed's prompts once (`baseline_answers`), every candidate is judged against those.
 The limits are the defaults (the model answers with confident logits); the baseline's greedy accuracy on the 40
 held-out prompts is the issue's target, >= 95 %.
 """
@@ -78,12 +79,19 @@ def pd_async(run_root):
         yield started
 
 
+BASELINE_ANSWERS = {}  # seed -> the baseline's answers, asked once: every candidate is judged against the same run
+
+
 def validate_seeds(baseline_url, candidate_url, seeds=SEEDS):
-    return [validate(ValidateRequest(
-        baseline=parse_target(baseline_url, what="baseline"), candidate=parse_target(candidate_url, what="candidate"),
-        dataset=load_dataset("synthetic", num_prompts=NUM_PROMPTS, seed=seed), settings=SETTINGS,
-        thresholds=Thresholds()))
-        for seed in seeds]
+    reports = []
+    for seed in seeds:
+        reports.append(validate(ValidateRequest(
+            baseline=parse_target(baseline_url, what="baseline"),
+            candidate=parse_target(candidate_url, what="candidate"),
+            dataset=load_dataset("synthetic", num_prompts=NUM_PROMPTS, seed=seed), settings=SETTINGS,
+            thresholds=Thresholds(), baseline_answers=BASELINE_ANSWERS.get(seed))))
+        BASELINE_ANSWERS.setdefault(seed, reports[-1].baseline_answers)
+    return reports
 
 
 def _decode_log(deployment) -> Path:
