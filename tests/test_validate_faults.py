@@ -140,3 +140,21 @@ def test_the_switch_file_arms_and_disarms_each_fault_in_a_running_worker(tmp_pat
         worker.get_transfer_results()
     assert worker.nixl_wrapper.posted == [100, 101, 103, 102]  # the early request's READ, posted late
     assert torch.equal(cache[0], before[0]) and torch.equal(cache[6], before[6])  # nothing overwritten when off
+
+
+def test_a_switchable_deployment_hands_the_decode_server_its_switch_file(tmp_path):
+    from hybridserve.core.validate import deployments
+
+    switch = tmp_path / "fault"
+    topology = deployments._topology(deployments.Config.PD_ASYNC, deployments.RECALL_MODEL_DIR, 8800, 2,
+                                     faults.FaultKind.STALE_STATE, fault_file=switch)
+    assert [dict(d.env).get(faults.FAULT_FILE_ENV) for d in topology.decode] == [str(switch)]
+    assert all(faults.FAULT_FILE_ENV not in dict(p.env) and faults.FAULT_ENV not in dict(p.env)
+               for p in topology.prefill)
+    deployment = deployments.Deployment(url="http://x", run_dir=tmp_path, engine_logs=(), fault_file=switch)
+    deployment.arm(faults.FaultKind.EARLY_COMPLETION)
+    assert faults.armed_from_file(switch)() is faults.FaultKind.EARLY_COMPLETION
+    deployment.arm(None)
+    assert switch.read_text() == "" and faults.armed_from_file(switch)() is None
+    with pytest.raises(InputError, match="no fault switch"):
+        deployments.Deployment(url="http://x", run_dir=None, engine_logs=()).arm(None)
