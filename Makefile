@@ -43,8 +43,8 @@ demo: $(STAMP)
 # in one process by default: on two cores two deployments at once flaked, and with pytest-xdist 3.8
 # `SLOW_JOBS=2 --dist loadgroup` split the server group across workers (CI errors), so it is not the default.
 # Beside it, at nice 10: the tests that start no server (on JOBS xdist workers), then the NIXL agent tests (no vLLM
-# server; their own ports). The servers wait on requests more than they compute (a serial run used 0.4 of the 2
-# cores), and the nice level keeps them first when both want a core. The side stream's output goes to
+# server; their own ports). The servers wait on requests more than they compute (a serial run before bytecode used
+# 0.4 of the 2 cores), and the nice level keeps them first when both want a core. The side stream's output goes to
 # runs/test-side.log, printed once the main stream is done.
 test: $(STAMP)
 	@mkdir -p runs
