@@ -1,10 +1,10 @@
 """Session set-up shared by all tests.
 
-Under `make test` the slow files run on two xdist workers by group (`--dist loadgroup`): every file that starts
-vLLM servers carries `xdist_group("vllm_servers")` and runs on one worker, one after another, because two P/D
-deployments at once put four servers on two cores (requests crawl, NIXL leases expire; a CI flake in
-zero_after_transfer was seen that way). The NIXL transfer files (`xdist_group("nixl_agents")`: agents only, bursty)
-run beside them on the other worker.
+`make test` runs the files that start vLLM servers in one process, one after another: two P/D deployments at once
+put four servers on two cores (requests crawl, NIXL leases expire; a CI flake in zero_after_transfer was seen that
+way). The NIXL agent files (marked `nixl_agents`: agents only, no vLLM server, their own ports) run beside them in a
+second pytest process, after the tests that start no server. The `xdist_group` marks serve `SLOW_JOBS=2`
+(`--dist loadgroup`), not the default: pytest-xdist 3.8 was seen splitting the `vllm_servers` group.
 """
 
 

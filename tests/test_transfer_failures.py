@@ -22,7 +22,8 @@ from hybridserve.transfer.cluster import PREFILL_SEED, Cluster
 from hybridserve.transfer.errors import DescriptorRangeError, IncompatiblePeerError, TransferError, TransferTimeout
 from hybridserve.transfer.geometry import RequestBlocks
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nixl_agents")]  # see tests/conftest.py
+pytestmark = [pytest.mark.slow, pytest.mark.nixl_agents,  # run beside the server tests (Makefile)
+              pytest.mark.xdist_group("nixl_agents")]  # see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,8 @@ from hybridserve.transfer.blocks import Allocation, BlockPool, allocate
 from hybridserve.transfer.cluster import Cluster
 from hybridserve.transfer.geometry import runs
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("nixl_agents")]  # see tests/conftest.py
+pytestmark = [pytest.mark.slow, pytest.mark.nixl_agents,  # run beside the server tests (Makefile)
+              pytest.mark.xdist_group("nixl_agents")]  # see tests/conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,11 @@ from hybridserve.core.vllm_plugin import faults
 
 class FakeNixl:
     def __init__(self):
-        self.posted, self.released, self.states = [], [], {}
+        self.posted, self.released, self.states, self.num_made = [], [], {}, 0
 
     def make_prepped_xfer(self, *args):
-        return len(self.states) + 100
+        self.num_made += 1
+        return self.num_made + 99
 
     def transfer(self, handle):
         self.posted.append(handle)
@@ -109,3 +110,51 @@ def test_pages_are_overwritten_after_the_transfer(kind):
         assert changed == {2, 3, 5} and int(cache[[2, 3, 5]].sum()) == 0  # attention only; GDN kept
     else:
         assert changed == {4} and torch.equal(cache[4], before[1])  # b's GDN state = a's (stale)
+
+
+def test_the_switch_file_arms_and_disarms_each_fault_in_a_running_worker(tmp_path):
+    torch = pytest.importorskip("torch")
+    switch = tmp_path / "fault"
+    cls = make_worker_class()
+    faults.patch_worker_module(types.SimpleNamespace(NixlPullConnectorWorker=cls), None,
+                               faults.armed_from_file(switch))  # no file yet: nothing acts
+    worker, cache = fake_kv_worker(cls, torch)
+    before = cache.clone()
+
+    def request(name, gdn, attn):
+        worker._read_blocks(None, "p", name)
+        worker._recving_metadata[name] = types.SimpleNamespace(local_physical_block_ids=[[gdn], attn])
+        for handle in worker._recving_transfers.get(name, []):
+            worker.nixl_wrapper.states[handle] = "DONE"
+        return worker.get_transfer_results().finished_recving
+
+    assert request("clean", 1, [2]) == {"clean"} and worker.nixl_wrapper.posted == [100]
+    switch.write_text("zero_after_transfer")
+    request("zeroed", 3, [4])
+    assert int(cache[4].sum()) == 0 and torch.equal(cache[3], before[3])  # attention wiped, GDN kept
+    switch.write_text("early_completion")
+    assert request("early", 5, [6]) == {"early"} and worker.nixl_wrapper.posted == [100, 101]  # not posted
+    switch.write_text("")  # disarmed: the next read is posted at once, the late one still lands
+    assert request("after", 7, [0]) == {"after"} and worker.nixl_wrapper.posted == [100, 101, 103]  # at once
+    for _ in range(faults.LATE_STEPS):
+        worker.get_transfer_results()
+    assert worker.nixl_wrapper.posted == [100, 101, 103, 102]  # the early request's READ, posted late
+    assert torch.equal(cache[0], before[0]) and torch.equal(cache[6], before[6])  # nothing overwritten when off
+
+
+def test_a_switchable_deployment_hands_the_decode_server_its_switch_file(tmp_path):
+    from hybridserve.core.validate import deployments
+
+    switch = tmp_path / "fault"
+    topology = deployments._topology(deployments.Config.PD_ASYNC, deployments.RECALL_MODEL_DIR, 8800, 2,
+                                     faults.FaultKind.STALE_STATE, fault_file=switch)
+    assert [dict(d.env).get(faults.FAULT_FILE_ENV) for d in topology.decode] == [str(switch)]
+    assert all(faults.FAULT_FILE_ENV not in dict(p.env) and faults.FAULT_ENV not in dict(p.env)
+               for p in topology.prefill)
+    deployment = deployments.Deployment(url="http://x", run_dir=tmp_path, engine_logs=(), fault_file=switch)
+    deployment.arm(faults.FaultKind.EARLY_COMPLETION)
+    assert faults.armed_from_file(switch)() is faults.FaultKind.EARLY_COMPLETION
+    deployment.arm(None)
+    assert switch.read_text() == "" and faults.armed_from_file(switch)() is None
+    with pytest.raises(InputError, match="no fault switch"):
+        deployments.Deployment(url="http://x", run_dir=None, engine_logs=()).arm(None)

@@ -6,6 +6,7 @@ clear margin (a regression), wrong words at a near-tie (forgiven), or shifted lo
 
 import socket
 from collections import Counter
+from dataclasses import replace
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -17,7 +18,7 @@ fastapi = pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 
 from hybridserve.cli.app import app  # noqa: E402
-from hybridserve.core.common.errors import CouldNotRunError  # noqa: E402
+from hybridserve.core.common.errors import CouldNotRunError, InputError  # noqa: E402
 from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate  # noqa: E402
 
 
@@ -117,6 +118,18 @@ def test_candidate_refusing_prompts_is_a_regression(servers):
     assert 0 < m.num_failed_requests < m.num_prompts
     assert "failed_requests" in {c.metric for c in report.verdict.failures}
     assert m.candidate_accuracy == 1 - m.num_failed_requests / m.num_prompts
+
+
+def test_baseline_answers_of_an_earlier_report_are_not_asked_again(servers):
+    first = run(servers["good"], servers["diverge"])
+    request = ValidateRequest(baseline=parse_target("http://127.0.0.1:9", what="baseline"),  # nobody listens there
+                              candidate=parse_target(servers["diverge"], what="candidate"),
+                              dataset=load_dataset("synthetic", num_prompts=16, seed=1),
+                              baseline_answers=first.baseline_answers)
+    again = validate(request)
+    assert len(first.baseline_answers) == 16 and again.verdict.metrics == first.verdict.metrics
+    with pytest.raises(InputError, match="baseline answers: 15 given for 16 prompts"):
+        validate(replace(request, baseline_answers=first.baseline_answers[1:]))
 
 
 def test_baseline_refusing_prompts_could_not_run(servers):

@@ -150,4 +150,9 @@ def connect_peer(agent: Any, host: str, port: int, *, expected: Compat, timeout_
                                   detail=f"its metadata does not cover the {len(info.regions)} regions it "
                                          "announced: not registered yet")
         time.sleep(0.05)
-        info = fetch_info(host, port, timeout_s=max(0.1, deadline - time.monotonic()))
+        try:
+            info = fetch_info(host, port, timeout_s=max(0.1, deadline - time.monotonic()))
+        except TransferTimeout as exc:  # the peer answered before: what ran out is the wait for its metadata
+            raise TransferTimeout(peer=info.agent_name, phase="metadata", timeout_s=timeout_s,
+                                  detail=f"its metadata never covered the {len(info.regions)} regions it "
+                                         f"announced; the last re-fetch: {exc.detail}") from None

@@ -1,7 +1,9 @@
 """The P/D race faults `validate --fault` can arm in a decode server, named once for the CLI, validate and the plugin.
 
-The plugin (core/vllm_plugin/faults.py) reads `FAULT_ENV` inside the server and patches vLLM; everything outside
-the server only needs the names, so they live here, away from the patching code.
+The plugin (core/vllm_plugin/faults.py) reads `FAULT_ENV` (one fault for the server's life) or `FAULT_FILE_ENV` (a
+file naming the fault armed now, read at every step: one running deployment serves a clean run and each fault in
+turn) inside the server and patches vLLM; everything outside the server only needs the names, so they live here,
+away from the patching code.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import enum
 from hybridserve.core.common.choices import parse_choice
 
 FAULT_ENV = "HYBRIDSERVE_FAULT"
+FAULT_FILE_ENV = "HYBRIDSERVE_FAULT_FILE"
 
 
 class FaultKind(enum.Enum):

@@ -5,7 +5,9 @@ Named configurations (each started through `hybridserve.core.launch.plan`, never
 - `single-async`: the same server with async scheduling.
 - `pd-async` (default candidate): prefill + decode over NixlConnector + the project's proxy, async scheduling.
 - `pd-sync`: the same P/D deployment with sync scheduling.
-A fault (see core/vllm_plugin/faults.py) may be armed in the decode server of a P/D configuration.
+A fault (see core/vllm_plugin/faults.py) may be armed in the decode server of a P/D configuration, for the
+server's life, or through a switch file in the run folder (`is_fault_switchable`): `Deployment.arm` then changes the
+fault of the running deployment, so a clean run and each fault need one start, not one each.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from hybridserve import profiles as _profiles_pkg
 from hybridserve.core.common.errors import CouldNotRunError, InputError
 
 RECALL_MODEL_DIR = Path(_profiles_pkg.__file__).parent / "tiny-qwen3.5-recall"
-from hybridserve.core.common.fault_kind import FAULT_ENV, FaultKind  # FAULT_ENV: read by the plugin in the decode server
+from hybridserve.core.common.fault_kind import (  # read by the plugin in the decode server
+    FAULT_ENV, FAULT_FILE_ENV, FaultKind,
+)
 
 
 class Config(enum.Enum):
@@ -88,10 +92,23 @@ class Deployment:
     url: str  # where prompts go (the proxy for P/D)
     run_dir: Path | None  # logs of the started servers
     engine_logs: tuple[Path, ...]
+    fault_file: Path | None = None  # the decode server's fault switch (started with is_fault_switchable)
+
+    def arm(self, fault: FaultKind | None) -> None:
+        """Arm `fault` (None: disarm) in the running decode server; it acts from the worker's next step on."""
+        if self.fault_file is None:
+            raise InputError(f"{self.url}: no fault switch (start the deployment with is_fault_switchable)")
+        _write_switch(self.fault_file, fault)
+
+
+def _write_switch(path: Path, fault: FaultKind | None) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(fault.value if fault else "")
+    tmp.replace(path)  # the plugin never reads half a name
 
 
 def _topology(config: Config, model: Path, base_port: int, num_cores: int, fault: FaultKind | None,
-              device: str = "cpu", engine=None):  # noqa: ANN001
+              device: str = "cpu", engine=None, fault_file: Path | None = None):  # noqa: ANN001
     from hybridserve.core.launch.gpus import count_gpus
     from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
 
@@ -100,9 +117,13 @@ def _topology(config: Config, model: Path, base_port: int, num_cores: int, fault
     num_gpus = max(1, count_gpus()) if where is Device.CUDA else 1
     topology = local_topology(model=model, device=where, engine=engine, num_cores=num_cores, num_gpus=num_gpus,
                               base_port=base_port)
-    if fault is None:
+    if fault_file is not None:  # the switch file says which fault acts (it starts with `fault`)
+        fault_env = (FAULT_FILE_ENV, str(fault_file))
+    elif fault is not None:
+        fault_env = (FAULT_ENV, fault.value)
+    else:
         return topology
-    decode = tuple(replace(d, env=(*d.env, (FAULT_ENV, fault.value))) for d in topology.decode)
+    decode = tuple(replace(d, env=(*d.env, fault_env)) for d in topology.decode)
     return replace(topology, decode=decode)
 
 
@@ -117,20 +138,27 @@ def _plan(config: Config, topology):  # noqa: ANN001, ANN202
 @contextlib.contextmanager
 def deployed(target: Target, *, model: Path, base_port: int, run_root: Path, num_cores: int,
              timeout_s: float, on_progress=None, device: str = "cpu",  # noqa: ANN001
-             engine=None) -> Iterator[Deployment]:  # noqa: ANN001
-    """Yield where to send prompts; a started configuration is stopped (every process group) on the way out."""
+             engine=None, is_fault_switchable: bool = False) -> Iterator[Deployment]:  # noqa: ANN001
+    """Yield where to send prompts; a started configuration is stopped (every process group) on the way out.
+    `is_fault_switchable` (P/D only): the decode server reads its fault from `run_dir/fault` (Deployment.arm)."""
     if target.url is not None:
         yield Deployment(url=target.url, run_dir=None, engine_logs=())
         return
     from hybridserve.core.launch.runner import new_run_dir, started
 
     assert target.config is not None
-    plan = _plan(target.config, _topology(target.config, model, base_port, num_cores, target.fault, device, engine))
+    if is_fault_switchable and not target.config.is_pd:
+        raise InputError(f"{target.label}: a fault switch needs a P/D configuration (pd-async or pd-sync)")
     run_dir = new_run_dir(run_root, target.config.value)
+    fault_file = run_dir / "fault" if is_fault_switchable else None
+    if fault_file is not None:
+        _write_switch(fault_file, target.fault)
+    plan = _plan(target.config, _topology(target.config, model, base_port, num_cores, target.fault, device, engine,
+                                          fault_file))
     with started(plan, run_dir, timeout_s=timeout_s, on_progress=on_progress):
         front = plan.commands[-1]  # the proxy for P/D, the server itself for single
         logs = tuple(run_dir / f"{c.name}.log" for c in plan.commands if c.role.is_engine)
-        yield Deployment(url=front.url, run_dir=run_dir, engine_logs=logs)
+        yield Deployment(url=front.url, run_dir=run_dir, engine_logs=logs, fault_file=fault_file)
 
 
 def schedulers_in_logs(logs: tuple[Path, ...]) -> dict[str, str]:

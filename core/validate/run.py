@@ -8,7 +8,7 @@ from typing import Any
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hybridserve.core.common.errors import CouldNotRunError
+from hybridserve.core.common.errors import CouldNotRunError, InputError
 from hybridserve.core.validate.client import Completion, RequestSettings, complete_all
 from hybridserve.core.validate.dataset import Dataset
 from hybridserve.core.validate.deployments import Target, check_scheduling, deployed
@@ -34,6 +34,9 @@ class ValidateRequest:
     start_timeout_s: float = 300.0
     device: str = "cpu"  # where configurations validate starts run: cpu or cuda (launch's --device)
     engine: Any = None  # launch's EngineOptions for started configurations (None: launch's defaults)
+    # The baseline's answers to these prompts from an earlier report (`baseline_answers`): not asked again, so
+    # several candidates are judged against one baseline run. Greedy decoding makes them the answers it would give.
+    baseline_answers: tuple[Completion, ...] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +56,7 @@ class ValidationReport:
     baseline: TargetRun
     candidate: TargetRun
     elapsed_s: float
+    baseline_answers: tuple[Completion, ...] = ()  # in prompt order; for a later request's `baseline_answers`
 
 
 def _run_target(phase: str, target: Target, request: ValidateRequest, model: Path,
@@ -92,11 +96,24 @@ def validate(request: ValidateRequest, progress: ProgressCallback | None = None)
 
     start = time.monotonic()
     model = (request.model or default_model()).resolve()
-    base, base_run = _run_target("baseline", request.baseline, request, model, progress)
+    if request.baseline_answers is None:
+        base, base_run = _run_target("baseline", request.baseline, request, model, progress)
+    else:
+        base, base_run = _given_answers(request)
     cand, cand_run = _run_target("candidate", request.candidate, request, model, progress)
     tolerance = request.thresholds.near_tie_tolerance
     comparisons = tuple(compare(i, ex, b, c, tolerance)
                         for i, (ex, b, c) in enumerate(zip(request.dataset.examples, base, cand)))
     verdict = judge(summarize(comparisons), request.thresholds)
     return ValidationReport(dataset=request.dataset.name, verdict=verdict, comparisons=comparisons,
-                            baseline=base_run, candidate=cand_run, elapsed_s=time.monotonic() - start)
+                            baseline=base_run, candidate=cand_run, elapsed_s=time.monotonic() - start,
+                            baseline_answers=tuple(base))
+
+
+def _given_answers(request: ValidateRequest) -> tuple[list[Completion], TargetRun]:
+    answers = request.baseline_answers or ()
+    if len(answers) != len(request.dataset.examples):
+        raise InputError(f"baseline answers: {len(answers)} given for {len(request.dataset.examples)} prompts")
+    target = request.baseline
+    return list(answers), TargetRun(label=target.label, url=target.url or target.label, run_dir=None, schedulers={},
+                                    elapsed_s=0.0)

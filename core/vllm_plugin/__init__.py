@@ -28,7 +28,7 @@ def register() -> None:
     async_scheduling.install_scheduler_log()
     transfer_log.install()
     cpu_conv_layout.install()
-    from hybridserve.core.vllm_plugin import faults; faults.install_from_env()  # validate (issue 6): off unless HYBRIDSERVE_FAULT
+    from hybridserve.core.vllm_plugin import faults; faults.install_from_env()  # validate (issue 6): off unless HYBRIDSERVE_FAULT(_FILE)
     if config.keep_async_scheduling:
         async_scheduling.install_keep_async()
     if config.nixl_progress_delay_us is not None:

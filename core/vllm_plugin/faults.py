@@ -1,7 +1,9 @@
 """Fault injection for `hybridserve validate`'s own tests: reproduce the two async-scheduling P/D race classes.
 
-Off unless `HYBRIDSERVE_FAULT` is set in a decode server's environment (validate's `--fault` sets it there).
-Each kind patches vLLM's NixlConnector pull worker (`nixl/pull_worker.py`, the decode side) in the running server:
+Off unless `HYBRIDSERVE_FAULT` (one fault for the server's life: validate's `--fault` sets it) or
+`HYBRIDSERVE_FAULT_FILE` (a file naming the fault armed now, empty for none, read at every worker step) is set in a
+decode server's environment. With the file, all three patches are in place and each acts only while the file names
+its fault, so one running P/D deployment serves a clean run and then each fault, without a restart. Each kind patches vLLM's NixlConnector pull worker (`nixl/pull_worker.py`, the decode side) in the running server:
 
 - `early_completion` (race class a): a request's NIXL READ is reported finished before its bytes are in place.
   The READ is prepared but only posted `LATE_STEPS` worker steps later, so decode starts from whatever the
@@ -16,11 +18,13 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.common.fault_kind import FAULT_ENV, FaultKind, parse_fault
+from hybridserve.core.common.fault_kind import FAULT_ENV, FAULT_FILE_ENV, FaultKind, parse_fault
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 from hybridserve.core.vllm_plugin.nixl_results import failed_recving, finished_recving, results_method
@@ -28,6 +32,26 @@ from hybridserve.core.vllm_plugin.nixl_results import failed_recving, finished_r
 NIXL_PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
 LATE_STEPS = 6  # worker steps; the first decode steps of the request run before the bytes land
 _SHARED_REGION = -1  # vLLM's _SHARED_REGION_GROUP_ID: one tensor region used by layers of several groups
+
+Armed = Callable[[], "FaultKind | None"]  # the fault acting now
+
+
+def armed_from_file(path: Path) -> Armed:
+    """The fault the file names now (missing, empty or unknown: none); each change is logged once."""
+    last: list[FaultKind | None] = [None]
+
+    def armed() -> FaultKind | None:
+        try:
+            kind = parse_fault(path.read_text())
+        except (OSError, InputError):
+            kind = None
+        if kind is not last[0]:
+            logger.warning("hybridserve FAULT switch: %s (was %s; %s)", kind.value if kind else "off",
+                           last[0].value if last[0] else "off", path)
+            last[0] = kind
+        return kind
+
+    return armed
 
 
 class _DeferringNixl:
@@ -81,11 +105,13 @@ def _overwrite(worker: Any, meta: Any, want_gdn: bool, source: dict[int, list[in
     return num
 
 
-def _patch_early_completion(worker_cls: Any) -> None:
+def _patch_early_completion(worker_cls: Any, armed: Armed) -> None:
     name = results_method(worker_cls)
     read, results = worker_cls._read_blocks, getattr(worker_cls, name)
 
     def _read_blocks(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if armed() is not FaultKind.EARLY_COMPLETION:
+            return read(self, *args, **kwargs)
         request_id = kwargs.get("request_id", args[2] if len(args) > 2 else None)
         real, deferring = self.nixl_wrapper, _DeferringNixl(self.nixl_wrapper)
         self.nixl_wrapper = deferring
@@ -122,11 +148,13 @@ def _patch_early_completion(worker_cls: Any) -> None:
     setattr(worker_cls, name, step_results)
 
 
-def _patch_after_transfer(worker_cls: Any, kind: FaultKind) -> None:
+def _patch_after_transfer(worker_cls: Any, kind: FaultKind, armed: Armed) -> None:
     name = results_method(worker_cls)
     results = getattr(worker_cls, name)
 
     def step_results(self: Any) -> Any:
+        if armed() is not kind:
+            return results(self)
         metas = dict(self._recving_metadata)
         out = results(self)
         failed = failed_recving(out)
@@ -148,22 +176,32 @@ def _patch_after_transfer(worker_cls: Any, kind: FaultKind) -> None:
     setattr(worker_cls, name, step_results)
 
 
-def patch_worker_module(module: ModuleType, kind: FaultKind) -> None:
+def patch_worker_module(module: ModuleType, kind: FaultKind | None, armed: Armed | None = None) -> None:
+    """Arm `kind` for good; or, with `armed` (kind None), all three, each acting while `armed()` names it."""
     worker_cls = module.NixlPullConnectorWorker
     if getattr(worker_cls, "_hybridserve_fault", None) is not None:
         return
-    if kind is FaultKind.EARLY_COMPLETION:
-        _patch_early_completion(worker_cls)
-    else:
-        _patch_after_transfer(worker_cls, kind)
-    worker_cls._hybridserve_fault = kind.value
-    logger.warning("hybridserve FAULT armed: %s (NixlPullConnectorWorker patched)", kind.value)
+    kinds = list(FaultKind) if kind is None else [kind]
+    armed = armed or (lambda: kind)
+    for each in kinds:  # the early-completion wrapper posts late READs on every step, armed or not: it goes first
+        if each is FaultKind.EARLY_COMPLETION:
+            _patch_early_completion(worker_cls, armed)
+        else:
+            _patch_after_transfer(worker_cls, each, armed)
+    worker_cls._hybridserve_fault = kind.value if kind else "switch"
+    logger.warning("hybridserve FAULT armed: %s (NixlPullConnectorWorker patched)",
+                   kind.value if kind else f"as {FAULT_FILE_ENV} names it")
 
 
 def install_from_env() -> None:
-    """Arm the fault named in HYBRIDSERVE_FAULT (nothing when unset). An unknown name is ignored with a warning."""
+    """Arm the fault named in HYBRIDSERVE_FAULT, else the switch HYBRIDSERVE_FAULT_FILE (nothing when both are
+    unset). An unknown name in HYBRIDSERVE_FAULT is ignored with a warning."""
+    path = os.environ.get(FAULT_FILE_ENV, "").strip()
     text = os.environ.get(FAULT_ENV, "").strip()
     if not text:
+        if path:
+            armed = armed_from_file(Path(path))
+            after_import(NIXL_PULL_WORKER_MODULE, lambda module: patch_worker_module(module, None, armed))
         return
     try:
         kind = parse_fault(text)
