@@ -3,7 +3,8 @@
 Off unless `HYBRIDSERVE_FAULT` (one fault for the server's life: validate's `--fault` sets it) or
 `HYBRIDSERVE_FAULT_FILE` (a file naming the fault armed now, empty for none, read at every worker step) is set in a
 decode server's environment. With the file, all three patches are in place and each acts only while the file names
-its fault, so one running P/D deployment serves a clean run and then each fault, without a restart. Each kind patches vLLM's NixlConnector pull worker (`nixl/pull_worker.py`, the decode side) in the running server:
+its fault, so one running P/D deployment serves a clean run and then each fault, without a restart. Each kind
+patches vLLM's NixlConnector pull worker (`nixl/pull_worker.py`, the decode side) in the running server:
 
 - `early_completion` (race class a): a request's NIXL READ is reported finished before its bytes are in place.
   The READ is prepared but only posted `LATE_STEPS` worker steps later, so decode starts from whatever the
