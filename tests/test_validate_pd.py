@@ -38,12 +38,13 @@ NUM_CORES = os.cpu_count() or 1
 NAMED = {"accuracy_drop", "token_agreement", "mean_logprob_drift", "failed_requests"}
 
 
-def test_cli_main_job_starts_both_and_writes_junit(tmp_path):
-    """The README's main job: validate starts single-sync and pd-async itself, then exits 0 with a JUnit file.
-    First in the file: nothing else of this file is running yet."""
+def test_cli_main_job_starts_the_candidate_and_writes_junit(tmp_path, baseline):
+    """The README's main job through the CLI: validate starts pd-async itself, judges it against a baseline and exits
+    0 with a JUnit file. The baseline is this file's running single-sync server, given by URL (one server start
+    less in CI; starting single-sync is the same `deployed` call the fixture makes)."""
     junit = tmp_path / "validate.xml"
     result = CliRunner().invoke(app, [
-        "validate", "--num-prompts", "8", "--base-port", "9100",
+        "validate", "--baseline", baseline.url, "--num-prompts", "8", "--base-port", "9100",
         "--run-dir", str(tmp_path / "runs"), "--junit", str(junit), "--json"])
     assert result.exit_code == 0, result.output
     assert '"AsyncScheduler"' in result.stdout and '"passed": true' in result.stdout
