@@ -8,6 +8,8 @@ says whether one call would work, so verify and tune print the reason instead of
 from __future__ import annotations
 
 import abc
+import collections
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +44,22 @@ class Support:
 
 
 OK = Support(is_ok=True)
+
+
+class TensorMemo:
+    """A value worked out once per tensor object, e.g. from a batch's cu_seqlens, which vLLM passes to every layer
+    of a step: keyed by identity (no device read to compare), the last `size` tensors kept."""
+
+    def __init__(self, size: int = 8) -> None:
+        self._items: collections.deque = collections.deque(maxlen=size)
+
+    def get(self, tensor: torch.Tensor, compute: Callable[[torch.Tensor], Any]) -> Any:
+        for seen, value in self._items:
+            if seen is tensor:
+                return value
+        value = compute(tensor)
+        self._items.append((tensor, value))
+        return value
 
 
 class Backend(abc.ABC):

@@ -10,7 +10,6 @@ and no `max_seqlen`: those are passed only where the installed version takes the
 
 from __future__ import annotations
 
-import collections
 import functools
 import importlib
 import inspect
@@ -18,7 +17,7 @@ from typing import Any
 
 import torch
 
-from hybridserve.kernels.backend import OK, Backend, Capabilities, KnobSetting, Support
+from hybridserve.kernels.backend import OK, Backend, Capabilities, KnobSetting, Support, TensorMemo
 from hybridserve.kernels.inputs import GdnShape
 
 CP_CHUNK_LENGTHS = (512, 1024, 2048, 4096)
@@ -80,7 +79,7 @@ class FlashInferBackend(Backend):
         return settings
 
     def __init__(self) -> None:
-        self._seen: collections.deque = collections.deque(maxlen=8)
+        self._has_empty_memo = TensorMemo()
 
     def kernel_for(self, knobs: KnobSetting, *, num_seqs: int, num_value_heads: int,
                    device: torch.device) -> KnobSetting:
@@ -93,12 +92,7 @@ class FlashInferBackend(Backend):
 
     def _has_empty(self, cu_seqlens: torch.Tensor) -> bool:
         """Whether a sequence is empty; read from the GPU once per cu_seqlens object (fla caches the same way)."""
-        for seen, answer in self._seen:
-            if seen is cu_seqlens:
-                return answer
-        answer = bool((cu_seqlens[1:] == cu_seqlens[:-1]).any())
-        self._seen.append((cu_seqlens, answer))
-        return answer
+        return self._has_empty_memo.get(cu_seqlens, lambda cu: bool((cu[1:] == cu[:-1]).any()))
 
     def prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
                 max_seqlen=None, **knobs: Any):

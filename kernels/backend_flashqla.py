@@ -13,7 +13,6 @@ environment rarely holds both. So tune FlashQLA in its own process (its own PYTH
 
 from __future__ import annotations
 
-import collections
 import functools
 import importlib
 import importlib.util
@@ -21,7 +20,7 @@ from typing import Any
 
 import torch
 
-from hybridserve.kernels.backend import OK, Backend, Capabilities, KnobSetting, Support
+from hybridserve.kernels.backend import OK, Backend, Capabilities, KnobSetting, Support, TensorMemo
 from hybridserve.kernels.inputs import GdnShape
 
 CP_MIN_TOKENS = 4096  # below this one sequence has too few chunks for intra-card CP to matter: not swept
@@ -30,6 +29,13 @@ CP_MIN_TOKENS = 4096  # below this one sequence has too few chunks for intra-car
 @functools.cache
 def _load() -> Any:
     return importlib.import_module("flash_qla")
+
+
+def _without_empty(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    cu = cu_seqlens.to(torch.int64)
+    lengths = cu[1:] - cu[:-1]
+    nonempty = (lengths > 0).nonzero().squeeze(1) if bool((lengths == 0).any()) else None
+    return (cu if nonempty is None else torch.cat([cu[:1], cu[1:][nonempty]]), nonempty)
 
 
 class FlashQlaBackend(Backend):
@@ -43,7 +49,7 @@ class FlashQlaBackend(Backend):
     )
 
     def __init__(self) -> None:
-        self._prepared_cu: collections.deque = collections.deque(maxlen=8)
+        self._prepared_memo = TensorMemo()
 
     def availability(self) -> Support:
         if importlib.util.find_spec("flash_qla") is None:
@@ -68,15 +74,7 @@ class FlashQlaBackend(Backend):
         empty), worked out once per tensor object (one device read, as the FlashInfer adapter's). FlashQLA 0.1.3
         cannot take an empty sequence: measured on the H200, auto_cp=True raises 'invalid sequence lengths' and
         auto_cp=False returns inf."""
-        for seen, prepared in self._prepared_cu:
-            if seen is cu_seqlens:
-                return prepared
-        cu = cu_seqlens.to(torch.int64)
-        lengths = cu[1:] - cu[:-1]
-        nonempty = (lengths > 0).nonzero().squeeze(1) if bool((lengths == 0).any()) else None
-        prepared = (cu if nonempty is None else torch.cat([cu[:1], cu[1:][nonempty]]), nonempty)
-        self._prepared_cu.append((cu_seqlens, prepared))
-        return prepared
+        return self._prepared_memo.get(cu_seqlens, _without_empty)
 
     def prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
                 max_seqlen=None, **knobs: Any):
