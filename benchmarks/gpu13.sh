@@ -9,6 +9,9 @@
 #                                # and greedy tokens, --tuned-profile against vLLM's default -> $OUT/serving
 #   bash benchmarks/gpu13.sh r   # on a fresh machine after the bundle's copy calls: the per-call routing cost
 #                                # (gdn_route_overhead_gpu.py), then the served comparison with the shipped profile
+#                                # (both servers at once on the GPU, requests alternating)
+#   bash benchmarks/gpu13.sh v   # after r, carry .gpuwork/fq2 (fq1's z3 wheel copied to /tmp/fqstash before): verify
+#                                # FlashInfer (vLLM's) and FlashQLA (its own environment) on the whole case matrix
 # Results also stay in /tmp/gpu13 for the next stage (the machine keeps /tmp while it stays warm).
 # The ignored folders it reads, made here first (echo /.gpuwork/ >> .git/info/exclude):
 #   .gpuwork/fq1: z3_solver-4.15.4.0 wheel + fla.tgz (./fla and its dist-info from ../shared/gpu/bundle.sh's site.tgz)
@@ -64,16 +67,30 @@ s)
   tail -40 "$OUT/serving.out"
   ;;
 r)  # a fresh machine after the bundle's copy calls: the per-call routing cost, then serving again with the
-    # merged profile (the server lacks FlashQLA: its buckets fall back along their ranked lists), tuned first
+    # merged profile (the server lacks FlashQLA: its buckets fall back along their ranked lists), both servers at once
   source benchmarks/gpu_env.sh "$here" || exit 3
   timeout 90 python3 benchmarks/gdn_route_overhead_gpu.py --profile profiles/tuned/h200.yaml \
     --out "$OUT/route_overhead.json" > "$OUT/route_overhead.out" 2>&1; say "overhead rc=$?"; tail -4 "$OUT/route_overhead.out"
   python3 scripts/make_gdn_bench_model.py /tmp/gdn-tp2 --tp 2 > "$OUT/model.txt" 2>&1; say "model rc=$?"
-  timeout 330 python3 benchmarks/tuned_serving.py --model /tmp/gdn-tp2 --profile profiles/tuned/h200.yaml \
-    --device cuda --tp 1 --ttft-prompts 5 --greedy-tokens 16 --order tuned,default --extra-arg=--enforce-eager \
+  timeout 420 python3 benchmarks/tuned_serving.py --model /tmp/gdn-tp2 --profile profiles/tuned/h200.yaml \
+    --device cuda --tp 1 --ttft-prompts 10 --greedy-tokens 16 --extra-arg=--enforce-eager \
     --run-dir /tmp/hs-ts --out "$OUT/serving/tuned_serving.json" > "$OUT/serving.out" 2>&1; say "serving rc=$?"
   mkdir -p "$OUT/serving"; for f in /tmp/hs-ts/*/*.log; do grep -v "GET /health" "$f" | tail -c 40000 > "$OUT/serving/$(basename "$(dirname "$f")")_$(basename "$f")"; done
   tail -25 "$OUT/serving.out"
   ;;
-*) echo "stage k, q, s or r"; exit 2 ;;
+v)
+  ( source benchmarks/gpu_env.sh "$here" || exit 3
+    say "verify flashinfer"
+    timeout 200 hs verify --backend torch --backend flashinfer --json > "$OUT/verify_flashinfer.json" \
+      2> "$OUT/verify_flashinfer.err"; say "rc=$?" )
+  mkdir -p /tmp/fqstash && cp .gpuwork/fq2/* /tmp/fqstash/
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fqsite /tmp/fqstash/*.whl \
+    > "$OUT/pip.txt" 2>&1 || { tail -5 "$OUT/pip.txt"; exit 3; }
+  export PYTHONPATH=/tmp/fqsite:/tmp/hsite:/tmp/vsite PYTHONUNBUFFERED=1 COLUMNS=200 TILELANG_CACHE_DIR=/tmp/tlcache
+  say "verify flashqla"
+  timeout 330 python3 -c "from hybridserve.cli.app import main; main()" verify --backend torch --backend flashqla \
+    --json > "$OUT/verify_flashqla.json" 2> "$OUT/verify_flashqla.err"; say "rc=$?"
+  for f in "$OUT"/verify_*.err; do tail -5 "$f"; done
+  ;;
+*) echo "stage k, q, s, r or v"; exit 2 ;;
 esac

@@ -6,11 +6,15 @@ Usage (H200, vLLM 0.26; the model from scripts/make_gdn_bench_model.py):
         --out $OUT/tuned_serving.json
 On CPU (a smoke run with the tiny model): --device cpu --lengths 64 256 512 --mix 4 2 1 --ttft-prompts 3.
 
-Each configuration is one plain vLLM server (launch's Role.SINGLE), started, warmed up with one prompt of each
-length, measured, stopped; the tuned one differs only by `--tuned-profile` (the plugin routes each prefill batch,
-and on CUDA `--gdn-prefill-backend` is its closest setting). TTFT is measured with streaming (time to the first
-streamed token), one request at a time. Throughput: the whole mix sent at once, max_tokens=1, prompt tokens / wall
-time. Greedy: `--greedy-tokens` tokens of one prompt per length, temperature 0.
+Each configuration is one plain vLLM server (launch's Role.SINGLE); the tuned one differs only by `--tuned-profile`
+(the plugin routes each prefill batch, and on CUDA `--gdn-prefill-backend` is its closest setting) and its ports.
+Both servers run at once (on CUDA on the same GPUs, each given `--gpu-share` of their memory; on CPU on cores 0
+and 1), and every measurement alternates between them, so neither profits from running second (a warm disk cache,
+GPU clocks): an earlier run that served them one after the other measured 0.85x in one order and 1.11x in the other.
+Both are warmed up with one prompt of each length and the mix once before anything is measured. TTFT is measured
+with streaming (time to the first streamed token), one request at a time, in the order default, tuned, tuned,
+default, ... Throughput: the whole mix sent at once, max_tokens=1, prompt tokens / wall time, twice per server
+(ABBA). Greedy: `--greedy-tokens` tokens of one prompt per length, temperature 0.
 """
 
 from __future__ import annotations
@@ -71,22 +75,42 @@ def throughput(url: str, model: str, prompts: list[list[int]], timeout_s: float)
     return {"prompt_tokens": tokens, "wall_s": round(wall, 4), "prefill_tok_per_s": round(tokens / wall, 1)}
 
 
-def measure(url: str, model: str, args: argparse.Namespace) -> dict:
+def alternating(names: list[str], index: int) -> list[str]:
+    """ABBA order: the configurations forwards on even turns, backwards on odd ones."""
+    return names if index % 2 == 0 else names[::-1]
+
+
+def measure(urls: dict[str, str], model: str, args: argparse.Namespace) -> dict[str, dict]:
+    """Every configuration's TTFT, mix throughput and greedy tokens, the requests alternating between them."""
     import httpx
 
+    names = list(urls)
+    ttft: dict[str, dict[str, list[float]]] = {name: {str(n): [] for n in args.lengths} for name in names}
+    runs: dict[str, list[dict]] = {name: [] for name in names}
     with httpx.Client(timeout=args.timeout) as client:
         for n in args.lengths:  # warm-up: first-call compilation of every kernel shape class
-            ttft_s(client, url, model, prompt_ids(n, 999))
-        ttft = {str(n): [round(ttft_s(client, url, model, prompt_ids(n, i)), 5) for i in range(args.ttft_prompts)]
-                for n in args.lengths}
-        greedy = {str(n): greedy_tokens(client, url, model, prompt_ids(n, 500), args.greedy_tokens)
-                  for n in args.lengths}
-    return {"ttft_s": ttft, "ttft_median_s": {n: statistics.median(v) for n, v in ttft.items()},
-            # the mix once unmeasured first: its batch shapes are new to the kernels (FlashInfer JIT-compiles per
-            # configuration, and its cache on disk would favour whichever server runs second)
-            "throughput_first": throughput(url, model, mix_prompts(args.lengths, args.mix, offset=100), args.timeout),
-            "throughput": throughput(url, model, mix_prompts(args.lengths, args.mix), args.timeout),
-            "greedy_tokens": greedy}
+            for name in names:
+                ttft_s(client, urls[name], model, prompt_ids(n, 999))
+        # the mix once unmeasured: its batch shapes are new to the kernels (FlashInfer JIT-compiles per configuration)
+        first = {name: throughput(urls[name], model, mix_prompts(args.lengths, args.mix, offset=100), args.timeout)
+                 for name in names}
+        for n in args.lengths:
+            for i in range(args.ttft_prompts):
+                for name in alternating(names, i):
+                    ttft[name][str(n)].append(round(ttft_s(client, urls[name], model, prompt_ids(n, i)), 5))
+        for turn in range(2):
+            for name in alternating(names, turn):
+                runs[name].append(throughput(urls[name], model, mix_prompts(args.lengths, args.mix), args.timeout))
+        greedy = {name: {str(n): greedy_tokens(client, urls[name], model, prompt_ids(n, 500), args.greedy_tokens)
+                         for n in args.lengths} for name in names}
+    return {name: {"ttft_s": ttft[name], "ttft_median_s": {n: statistics.median(v) for n, v in ttft[name].items()},
+                   "throughput_first": first[name], "throughput_runs": runs[name],
+                   "throughput": pooled(runs[name]), "greedy_tokens": greedy[name]} for name in names}
+
+
+def pooled(runs: list[dict]) -> dict:
+    tokens, wall = sum(r["prompt_tokens"] for r in runs), sum(r["wall_s"] for r in runs)
+    return {"prompt_tokens": tokens, "wall_s": round(wall, 4), "prefill_tok_per_s": round(tokens / wall, 1)}
 
 
 def compare(default: dict, tuned: dict) -> dict:
@@ -106,33 +130,49 @@ def bucket_lines(log_text: str) -> list[str]:
     return [line[line.index(LOG_MARK):] for line in log_text.splitlines() if LOG_MARK in line]
 
 
-def serve_and_measure(topology, run_dir: Path, args: argparse.Namespace) -> tuple[dict, str]:
+def serve_and_measure(configs: dict, args: argparse.Namespace) -> tuple[dict, dict[str, list[str]]]:
+    """Start every configuration's server (one after the other: each measures free memory at start), measure them
+    side by side, stop them; the results and each server's plugin bucket lines."""
+    from contextlib import ExitStack
+
     from hybridserve.core.launch.plan import Role, make_launch_plan
     from hybridserve.core.launch.runner import started
 
-    plan = make_launch_plan(topology, Role.SINGLE)
-    with started(plan, run_dir, timeout_s=args.start_timeout):
-        result = measure(plan.commands[0].url, topology.model_name, args)
-    return result, (run_dir / f"{plan.commands[0].name}.log").read_text(errors="replace")
+    urls, logs = {}, {}
+    with ExitStack() as stack:
+        for name, topology in configs.items():
+            print(f"[tuned_serving] {name}: starting", file=sys.stderr, flush=True)
+            plan = make_launch_plan(topology, Role.SINGLE)
+            stack.enter_context(started(plan, args.run_dir / name, timeout_s=args.start_timeout))
+            urls[name] = plan.commands[0].url
+            logs[name] = args.run_dir / name / f"{plan.commands[0].name}.log"
+        print("[tuned_serving] measuring, alternating between " + ", ".join(urls), file=sys.stderr, flush=True)
+        results = measure(urls, next(iter(configs.values())).served_model_name, args)
+    return results, {name: bucket_lines(path.read_text(errors="replace")) for name, path in logs.items()}
 
 
 def topologies(args: argparse.Namespace):
-    from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
+    from hybridserve.core.launch.topology import Device, EngineOptions, Topology, local_topology
     from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header
 
     device = Device.parse(args.device)
-    engine = EngineOptions(max_model_len=max(args.lengths) + 64, max_num_seqs=max(8, sum(args.mix)))
+    engine = EngineOptions(max_model_len=max(args.lengths) + 64, max_num_seqs=max(8, sum(args.mix)),
+                           gpu_memory_utilization=args.gpu_share)
     served = _servable(args.model, device)
     # the wrapped form is the multimodal class: vLLM 0.26 needs --language-model-only to skip the vision side (as
     # launch's placement.py passes)
     wrapped = ("--language-model-only",) if served != args.model else ()
-    base = local_topology(model=served, device=device, engine=engine, num_cores=1, base_port=args.base_port)
-    single = replace(base.decode[0], tp=args.tp, devices=tuple(range(args.tp)) if device is Device.CUDA else None,
-                     extra_args=wrapped + tuple(args.extra_arg))
-    base = replace(base, decode=(single,), served_model_name=args.model.name)
     header = read_header(args.profile)
     check_tuned_profile(header, device)
-    return {"default": base, "tuned": apply_tuned_profile(base, header)}
+
+    def single(base_port: int, core: int) -> Topology:
+        base = local_topology(model=served, device=device, engine=engine, num_cores=1, base_port=base_port)
+        # both servers on the same GPUs (CUDA), or on a core each (CPU: two servers sharing cores crawl)
+        devices = tuple(range(args.tp)) if device is Device.CUDA else (core,)
+        instance = replace(base.decode[0], tp=args.tp, devices=devices, extra_args=wrapped + tuple(args.extra_arg))
+        return replace(base, decode=(instance,), served_model_name=args.model.name)
+
+    return {"default": single(args.base_port, 0), "tuned": apply_tuned_profile(single(args.base_port + 10, 1), header)}
 
 
 def _servable(model: Path, device) -> Path:  # noqa: ANN001
@@ -156,7 +196,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--mix", type=int, nargs="+", default=[16, 4, 1], help="prompts per length in the mix")
     parser.add_argument("--ttft-prompts", type=int, default=8)
     parser.add_argument("--greedy-tokens", type=int, default=32)
-    parser.add_argument("--order", default="default,tuned", help="which configuration runs first")
+    parser.add_argument("--gpu-share", type=float, default=0.4, help="CUDA: --gpu-memory-utilization of each server")
     parser.add_argument("--extra-arg", action="append", default=[], help="extra vLLM flag (repeat)")
     parser.add_argument("--base-port", type=int, default=8000)
     parser.add_argument("--timeout", type=float, default=600.0)
@@ -166,14 +206,10 @@ def main(argv: list[str]) -> None:
     args = parser.parse_args(argv)
     if len(args.mix) != len(args.lengths):
         raise SystemExit("--mix: accepted: one count per --lengths value")
-    configs = topologies(args)
-    results, logs = {}, {}
-    for name in args.order.split(","):
-        print(f"[tuned_serving] {name}: starting", file=sys.stderr, flush=True)
-        results[name], log = serve_and_measure(configs[name], args.run_dir / name, args)
-        logs[name] = bucket_lines(log)
+    results, logs = serve_and_measure(topologies(args), args)
     report = {"model": str(args.model), "profile": str(args.profile), "tp": args.tp, "lengths": args.lengths,
-              "mix": args.mix, "order": args.order, "results": results, "plugin_bucket_lines": logs,
+              "mix": args.mix, "order": "both servers at once, requests alternating (ABBA)", "results": results,
+              "plugin_bucket_lines": logs,
               "comparison": compare(results["default"], results["tuned"])}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")

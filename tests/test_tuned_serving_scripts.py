@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 import importlib.util
 from pathlib import Path
 
@@ -68,12 +69,27 @@ def test_bucket_lines_are_cut_from_the_server_log() -> None:
     assert bench.bucket_lines(log) == ["hybridserve: GDN prefill bucket TP1 1x16 (heads 2/2) -> torch[chunk_size=64]"]
 
 
-def test_the_two_configurations_differ_only_by_the_tuned_profile(tmp_path) -> None:
+def test_the_two_configurations_differ_only_by_the_tuned_profile_ports_and_core(tmp_path) -> None:
     args = argparse.Namespace(model=ROOT / "profiles" / "tiny-qwen3.5-recall", device="cpu", tp=1,
-                              lengths=[64, 512], mix=[4, 1], extra_arg=[], base_port=8000,
+                              lengths=[64, 512], mix=[4, 1], extra_arg=[], base_port=8000, gpu_share=0.4,
                               profile=two_bucket_profile(tmp_path / "p.yaml"))
     configs = bench.topologies(args)
     default, tuned = configs["default"].decode[0], configs["tuned"].decode[0]
     assert settings.GDN_DISPATCH_PROFILE not in dict(default.env)
     assert dict(tuned.env)[settings.GDN_DISPATCH_PROFILE] == str((tmp_path / "p.yaml").resolve())
     assert configs["tuned"].engine == configs["default"].engine and configs["default"].engine.max_model_len == 576
+    # side by side: other ports, another core, nothing else
+    assert {default.port, default.side_channel_port}.isdisjoint({tuned.port, tuned.side_channel_port})
+    assert (default.devices, tuned.devices) == ((0,), (1,))
+    assert replace(tuned, port=default.port, side_channel_port=default.side_channel_port, devices=default.devices,
+                   env=default.env) == default
+
+
+def test_measurements_alternate_abba() -> None:
+    assert [bench.alternating(["default", "tuned"], i) for i in range(3)] == [
+        ["default", "tuned"], ["tuned", "default"], ["default", "tuned"]]
+
+
+def test_throughput_runs_pool_tokens_over_wall_time() -> None:
+    runs = [{"prompt_tokens": 1000, "wall_s": 1.0}, {"prompt_tokens": 1000, "wall_s": 3.0}]
+    assert bench.pooled(runs) == {"prompt_tokens": 2000, "wall_s": 4.0, "prefill_tok_per_s": 500.0}
