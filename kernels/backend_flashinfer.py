@@ -2,7 +2,8 @@
 
 Conversions at this edge only: FlashInfer's gate is linear (alpha = exp(g); log-space input gives NaN), its state
 is [N, Hv, V, K] (the transpose of ours), cu_seqlens is required, head size must be 128. A missing initial state
-is passed as zeros, as vLLM's adapter does, so one compiled specialization serves both cases.
+is passed as zeros, as vLLM's adapter does, so one compiled specialization serves both cases. Empty sequences are
+left out of the call (its CP kernel writes a wrong final state for them: empty_sequences.py).
 Knobs: use_cp in {auto, False, True} (context parallelism across a sequence's chunks) and, with CP, the CP chunk
 length (a multiple of 512 here; FlashInfer's granularity). FlashInfer 0.6 (vLLM 0.26's pin) has no CP chunk length
 and no `max_seqlen`: those are passed only where the installed version takes them.
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from hybridserve.kernels import empty_sequences
 from hybridserve.kernels.backend import OK, Backend, Capabilities, KnobSetting, Support, TensorMemo
 from hybridserve.kernels.inputs import GdnShape
 
@@ -79,7 +81,7 @@ class FlashInferBackend(Backend):
         return settings
 
     def __init__(self) -> None:
-        self._has_empty_memo = TensorMemo()
+        self._prepared_memo = TensorMemo()
 
     def kernel_for(self, knobs: KnobSetting, *, num_seqs: int, num_value_heads: int,
                    device: torch.device) -> KnobSetting:
@@ -90,26 +92,31 @@ class FlashInferBackend(Backend):
             settings["use_cp"] = _cp_heuristic(num_seqs, num_value_heads, device)
         return tuple(sorted(settings.items()))
 
-    def _has_empty(self, cu_seqlens: torch.Tensor) -> bool:
-        """Whether a sequence is empty; read from the GPU once per cu_seqlens object (fla caches the same way)."""
-        return self._has_empty_memo.get(cu_seqlens, lambda cu: bool((cu[1:] == cu[:-1]).any()))
+    def _prepared(self, cu_seqlens: torch.Tensor) -> empty_sequences.NonEmpty:
+        """cu_seqlens without its empty sequences, worked out once per tensor object (one device read)."""
+        return self._prepared_memo.get(cu_seqlens, empty_sequences.drop_empty)
 
     def prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
                 max_seqlen=None, **knobs: Any):
-        num_seqs, num_value_heads = cu_seqlens.shape[0] - 1, v.shape[1]
-        if initial_state is None:
-            state = torch.zeros(num_seqs, num_value_heads, v.shape[2], k.shape[2], dtype=torch.float32,
-                                device=q.device)
+        batch = self._prepared(cu_seqlens)
+        if batch.is_all_empty:  # no token: the states unchanged
+            final = empty_sequences.unchanged_states(batch, initial_state, (v.shape[1], k.shape[2], v.shape[2]),
+                                                     v.device)
+            return v.new_zeros(v.shape), final if output_final_state else None
+        kept = empty_sequences.kept_rows(batch, initial_state)
+        if kept is None:
+            state = torch.zeros(batch.cu_seqlens.numel() - 1, v.shape[1], v.shape[2], k.shape[2],
+                                dtype=torch.float32, device=q.device)
         else:
-            state = initial_state.transpose(-1, -2).contiguous()
-        # FlashInfer leaves the final state of an empty sequence unwritten: prefill it with the initial state then.
-        output_state = state.clone() if self._has_empty(cu_seqlens) else None
+            state = kept.transpose(-1, -2).contiguous()
         extra = {"max_seqlen": max_seqlen} if _accepts("max_seqlen") else {}
         if "cp_chunk_len" in knobs:
             extra["_cp_chunk_len"] = knobs["cp_chunk_len"]
         o, final = _load().chunk_gated_delta_rule(
             q.contiguous(), k.contiguous(), v.contiguous(), g=torch.exp(g.float()), beta=beta.float(),
-            scale=scale, initial_state=state, output_final_state=True, cu_seqlens=cu_seqlens,
-            output_state=output_state, use_cp=knobs.get("use_cp", "auto"), **extra,
+            scale=scale, initial_state=state, output_final_state=True, cu_seqlens=batch.cu_seqlens,
+            use_cp=knobs.get("use_cp", "auto"), **extra,
         )
-        return o, (final.transpose(-1, -2) if output_final_state else None)
+        if not output_final_state:
+            return o, None
+        return o, empty_sequences.restore_rows(batch, final.transpose(-1, -2), initial_state)

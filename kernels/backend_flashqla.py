@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from hybridserve.kernels import empty_sequences
 from hybridserve.kernels.backend import OK, Backend, Capabilities, KnobSetting, Support, TensorMemo
 from hybridserve.kernels.inputs import GdnShape
 
@@ -29,13 +30,6 @@ CP_MIN_TOKENS = 4096  # below this one sequence has too few chunks for intra-car
 @functools.cache
 def _load() -> Any:
     return importlib.import_module("flash_qla")
-
-
-def _without_empty(cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-    cu = cu_seqlens.to(torch.int64)
-    lengths = cu[1:] - cu[:-1]
-    nonempty = (lengths > 0).nonzero().squeeze(1) if bool((lengths == 0).any()) else None
-    return (cu if nonempty is None else torch.cat([cu[:1], cu[1:][nonempty]]), nonempty)
 
 
 class FlashQlaBackend(Backend):
@@ -69,34 +63,22 @@ class FlashQlaBackend(Backend):
             settings.append((("auto_cp", True), ("force_intra_cp", True)))
         return settings
 
-    def _prepared(self, cu_seqlens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(cu_seqlens as int64 without its empty sequences, the indices of the non-empty ones or None when none is
-        empty), worked out once per tensor object (one device read, as the FlashInfer adapter's). FlashQLA 0.1.3
-        cannot take an empty sequence: measured on the H200, auto_cp=True raises 'invalid sequence lengths' and
-        auto_cp=False returns inf."""
-        return self._prepared_memo.get(cu_seqlens, _without_empty)
+    def _prepared(self, cu_seqlens: torch.Tensor) -> empty_sequences.NonEmpty:
+        """cu_seqlens as int64 without its empty sequences (FlashQLA refuses them: empty_sequences.py), worked out
+        once per tensor object."""
+        return self._prepared_memo.get(cu_seqlens, lambda cu: empty_sequences.drop_empty(cu.to(torch.int64)))
 
     def prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
                 max_seqlen=None, **knobs: Any):
-        cu, nonempty = self._prepared(cu_seqlens)
-        if nonempty is not None and nonempty.numel() == 0:  # every sequence empty: no token, the state unchanged
-            final = self._unchanged(initial_state, cu_seqlens, v, k) if output_final_state else None
-            return v.new_zeros(v.shape), final
-        kept = initial_state if nonempty is None or initial_state is None else initial_state[nonempty]
+        batch = self._prepared(cu_seqlens)
+        if batch.is_all_empty:  # no token: the states unchanged
+            final = empty_sequences.unchanged_states(batch, initial_state, (v.shape[1], k.shape[2], v.shape[2]),
+                                                     v.device)
+            return v.new_zeros(v.shape), final if output_final_state else None
         o, state = _load().chunk_gated_delta_rule(
             q.unsqueeze(0), k.unsqueeze(0), v.unsqueeze(0), g.unsqueeze(0), beta.unsqueeze(0),
-            scale=scale, initial_state=kept, output_final_state=output_final_state, cu_seqlens=cu,
+            scale=scale, initial_state=empty_sequences.kept_rows(batch, initial_state),
+            output_final_state=output_final_state, cu_seqlens=batch.cu_seqlens,
             auto_cp=bool(knobs.get("auto_cp", True)), force_intra_cp=bool(knobs.get("force_intra_cp", False)),
         )
-        if nonempty is not None and state is not None:  # an empty sequence's final state is its initial state
-            full = self._unchanged(initial_state, cu_seqlens, v, k)
-            full[nonempty] = state.to(full.dtype)
-            state = full
-        return o.squeeze(0), state
-
-    @staticmethod
-    def _unchanged(initial_state, cu_seqlens, v, k) -> torch.Tensor:
-        if initial_state is not None:
-            return initial_state.float().clone()
-        return torch.zeros(cu_seqlens.numel() - 1, v.shape[1], k.shape[2], v.shape[2], dtype=torch.float32,
-                           device=v.device)
+        return o.squeeze(0), empty_sequences.restore_rows(batch, state, initial_state)

@@ -155,14 +155,16 @@ def test_cpu_timing_samples_respect_the_plan() -> None:
     assert len(calls_made) == 7 and len(samples.device_ms) == 5 and samples.host_ms == samples.device_ms
 
 
-def test_flashinfer_adapter_reads_emptiness_once_per_cu_seqlens_object() -> None:
+@pytest.mark.parametrize("name", ["flashinfer", "flashqla"])
+def test_adapters_read_emptiness_once_per_cu_seqlens_object(name: str) -> None:
     from hybridserve.kernels.backend_flashinfer import FlashInferBackend
+    from hybridserve.kernels.backend_flashqla import FlashQlaBackend
 
-    b = FlashInferBackend()
+    b = {"flashinfer": FlashInferBackend, "flashqla": FlashQlaBackend}[name]()
     cu = torch.tensor([0, 3, 3, 5], dtype=torch.int32)
-    assert b._has_empty(cu) is True and b._has_empty(torch.tensor([0, 3, 5])) is False
+    assert b._prepared(cu).kept.tolist() == [0, 2] and b._prepared(torch.tensor([0, 3, 5])).kept is None
     cu[2] = 4  # not read again: the answer is cached for this object, as fla caches its chunk indices
-    assert b._has_empty(cu) is True
+    assert b._prepared(cu).kept.tolist() == [0, 2]
 
 
 def test_cpu_tune_without_shapes_uses_the_small_cpu_grid_and_says_so(monkeypatch, tmp_path: Path) -> None:
