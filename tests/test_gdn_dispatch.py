@@ -224,19 +224,22 @@ def test_cuda_seam_keeps_vllms_call_for_batches_where_the_winner_is_its_kernel(t
     cp = Choice(backend="flashinfer", knobs=(("use_cp", True),))
     path = write_entries(tmp_path / "p.yaml", (entry(64, (cp,)),))
     native_calls = []
-    forward = _routed(lambda *a, **kw: native_calls.append(kw["cu_seqlens"].numel() - 1) or "vLLM's own",
-                      "flashinfer", _LazyRouter(str(path), False))
+    router = _LazyRouter(str(path), False)
+    native = lambda *a, **kw: native_calls.append(kw["cu_seqlens"].numel() - 1) or "vLLM's own"  # noqa: E731
+    layers = [_routed(native, "flashinfer", router) for _ in range(3)]  # each GDN layer wraps its own method
 
-    def call(num_seqs: int, seq_len: int = 64):
+    def call(num_seqs: int, seq_len: int = 64, layer: int = 0):
         t = num_seqs * seq_len
         q = torch.zeros(1, t, 2, 64)
         state = torch.zeros(num_seqs, 2, 64, 64)
         cu = torch.arange(0, t + 1, seq_len, dtype=torch.int32)
-        return forward(q, q, q, torch.zeros(1, t, 2), torch.zeros(1, t, 2), state, True, cu_seqlens=cu,
-                       use_qk_l2norm_in_kernel=False)
+        return layers[layer](q, q, q, torch.zeros(1, t, 2), torch.zeros(1, t, 2), state, True, cu_seqlens=cu,
+                             use_qk_l2norm_in_kernel=False)
 
     with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
         assert call(1) == "vLLM's own" and call(32) == "vLLM's own"  # 1 x 2 and 32 x 2 heads < 66: auto is CP
         call(40)  # 40 x 2 = 80 heads: auto would not use CP; the winner does
-    assert native_calls == [1, 32] and routed == [(40, {"use_cp": True})]
-    assert "flashinfer[use_cp=True] is vLLM's own kernel for 1 seq(s) x 2 heads" in caplog.text
+        assert call(1, layer=1) == "vLLM's own" and call(1, layer=2) == "vLLM's own"
+    assert native_calls == [1, 32, 1, 1] and routed == [(40, {"use_cp": True})]
+    # decided and logged once per batch size, not once per layer
+    assert caplog.text.count("flashinfer[use_cp=True] is vLLM's own kernel for 1 seq(s) x 2 heads") == 1

@@ -36,6 +36,9 @@ class _LazyRouter:
 
     def __init__(self, path: str, is_log_calls: bool) -> None:
         self.path, self.is_log_calls, self._router, self._failed = path, is_log_calls, None, False
+        # (route, batch size, value heads, vLLM's setting) -> does vLLM's own call run that kernel? Shared by every
+        # layer, so each answer is worked out and logged once per server, not once per GDN layer.
+        self.same_kernel: dict[tuple, bool] = {}
 
     def get(self) -> GdnRouter | None:
         if self._router is None and not self._failed:
@@ -95,14 +98,14 @@ def _routed(native: Any, active: str, router: _LazyRouter, l2norm: Any = None) -
     def is_native(backend: Any, knobs: tuple, shape: Any) -> bool:
         return backend.vllm_setting == active and tuple(knobs) == tuple(backend.knob_space(shape)[0])
 
-    same_kernel: dict[tuple, bool] = {}
+    same_kernel = router.same_kernel
 
     def runs_vllms_kernel(route: Route, q: Any, v: Any, num_seqs: int) -> bool:
         """Per batch: does the route's setting resolve to the kernel vLLM's own call runs for it (FlashInfer's
         use_cp=True where its 'auto' picks CP for this batch, say)? Then vLLM's call runs: same kernel, no
         routing cost (measured on the H200: 0.1-0.5 ms of host time per layer call)."""
         backend, hv = route.backend, v.shape[-2]
-        key = (route.label, num_seqs, hv)
+        key = (route.label, num_seqs, hv, active)
         if key not in same_kernel:
             from hybridserve.kernels.inputs import GdnShape
 
