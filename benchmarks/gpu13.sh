@@ -7,11 +7,12 @@
 #                                # FlashQLA in its own environment -> $OUT/fq
 #   bash benchmarks/gpu13.sh s   # merge the two profiles; make the TP2-geometry model; served TTFT, mix throughput
 #                                # and greedy tokens, --tuned-profile against vLLM's default -> $OUT/serving
-#   bash benchmarks/gpu13.sh r   # on a fresh machine after the bundle's copy calls: the per-call routing cost
-#                                # (gdn_route_overhead_gpu.py), then the served comparison with the shipped profile
+#   bash benchmarks/gpu13.sh r   # on a fresh machine after the bundle's copy calls: the served comparison with the
+#                                # shipped profile
 #                                # (both servers at once on the GPU, requests alternating)
 #   bash benchmarks/gpu13.sh v   # after r, carry .gpuwork/fq2 (fq1's z3 wheel copied to /tmp/fqstash before): verify
-#                                # FlashInfer (vLLM's) and FlashQLA (its own environment) on the whole case matrix
+#                                # FlashInfer (vLLM's) and FlashQLA (its own environment) on the whole case matrix,
+#                                # and the per-call routing cost (gdn_route_overhead_gpu.py)
 # Results also stay in /tmp/gpu13 for the next stage (the machine keeps /tmp while it stays warm).
 # The ignored folders it reads, made here first (echo /.gpuwork/ >> .git/info/exclude):
 #   .gpuwork/fq1: z3_solver-4.15.4.0 wheel + fla.tgz (./fla and its dist-info from ../shared/gpu/bundle.sh's site.tgz)
@@ -66,13 +67,11 @@ s)
   mkdir -p "$OUT/serving"; for f in /tmp/hs-ts/*/*.log; do tail -c 60000 "$f" > "$OUT/serving/$(basename "$(dirname "$f")")-$(basename "$f")"; done
   tail -40 "$OUT/serving.out"
   ;;
-r)  # a fresh machine after the bundle's copy calls: the per-call routing cost, then serving again with the
+r)  # a fresh machine after the bundle's copy calls: serving again with the
     # merged profile (the server lacks FlashQLA: its buckets fall back along their ranked lists), both servers at once
   source benchmarks/gpu_env.sh "$here" || exit 3
-  timeout 90 python3 benchmarks/gdn_route_overhead_gpu.py --profile profiles/tuned/h200.yaml \
-    --out "$OUT/route_overhead.json" > "$OUT/route_overhead.out" 2>&1; say "overhead rc=$?"; tail -4 "$OUT/route_overhead.out"
   python3 scripts/make_gdn_bench_model.py /tmp/gdn-tp2 --tp 2 > "$OUT/model.txt" 2>&1; say "model rc=$?"
-  timeout 420 python3 benchmarks/tuned_serving.py --model /tmp/gdn-tp2 --profile profiles/tuned/h200.yaml \
+  timeout 480 python3 benchmarks/tuned_serving.py --model /tmp/gdn-tp2 --profile profiles/tuned/h200.yaml \
     --device cuda --tp 1 --ttft-prompts 10 --greedy-tokens 16 --extra-arg=--enforce-eager \
     --run-dir /tmp/hs-ts --out "$OUT/serving/tuned_serving.json" > "$OUT/serving.out" 2>&1; say "serving rc=$?"
   mkdir -p "$OUT/serving"; for f in /tmp/hs-ts/*/*.log; do grep -v "GET /health" "$f" | tail -c 40000 > "$OUT/serving/$(basename "$(dirname "$f")")_$(basename "$f")"; done
@@ -80,8 +79,10 @@ r)  # a fresh machine after the bundle's copy calls: the per-call routing cost, 
   ;;
 v)
   ( source benchmarks/gpu_env.sh "$here" || exit 3
+    timeout 90 python3 benchmarks/gdn_route_overhead_gpu.py --profile profiles/tuned/h200.yaml \
+      --out "$OUT/route_overhead.json" > "$OUT/route_overhead.out" 2>&1; say "overhead rc=$?"; tail -4 "$OUT/route_overhead.out"
     say "verify flashinfer"
-    timeout 200 hs verify --backend torch --backend flashinfer --json > "$OUT/verify_flashinfer.json" \
+    timeout 200 python3 -c "from hybridserve.cli.app import main; main()" verify --backend torch --backend flashinfer --json > "$OUT/verify_flashinfer.json" \
       2> "$OUT/verify_flashinfer.err"; say "rc=$?" )
   mkdir -p /tmp/fqstash && cp .gpuwork/fq2/* /tmp/fqstash/
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fqsite /tmp/fqstash/*.whl \
