@@ -67,15 +67,29 @@ s)
   mkdir -p "$OUT/serving"; for f in /tmp/hs-ts/*/*.log; do tail -c 60000 "$f" > "$OUT/serving/$(basename "$(dirname "$f")")-$(basename "$f")"; done
   tail -40 "$OUT/serving.out"
   ;;
-r)  # a fresh machine after the bundle's copy calls: serving again with the
-    # merged profile (the server lacks FlashQLA: its buckets fall back along their ranked lists), both servers at once
+r)  # a fresh machine after the bundle's copy calls: serving again with the merged profile (the server lacks
+    # FlashInfer's rivals: FlashQLA buckets fall back along their ranked lists), both servers at once; then, while
+    # DEADLINE (epoch s, default now + 540) leaves a minute, verify FlashInfer. At most 7 files under $OUT.
+  deadline=${DEADLINE:-$(( $(date +%s) + 540 ))}
+  left() { local s=$(( deadline - $(date +%s) - $1 )); echo $(( s > 1 ? s : 1 )); }  # timeout 0 would never stop
   source benchmarks/gpu_env.sh "$here" || exit 3
-  python3 scripts/make_gdn_bench_model.py /tmp/gdn-tp2 --tp 2 > "$OUT/model.txt" 2>&1; say "model rc=$?"
-  timeout 480 python3 benchmarks/tuned_serving.py --model /tmp/gdn-tp2 --profile profiles/tuned/h200.yaml \
-    --device cuda --tp 1 --ttft-prompts 10 --greedy-tokens 16 --extra-arg=--enforce-eager \
+  { nvidia-smi -L; python3 -c "import importlib.metadata as m; print({d: m.version(d) for d in ('vllm', 'flashinfer-python', 'torch', 'triton', 'nvidia-cutlass-dsl')})"; } >> "$OUT/stage.log" 2>&1
+  say "installed"
+  python3 scripts/make_gdn_bench_model.py /tmp/gdn-tp2 --tp 2 >> "$OUT/stage.log" 2>&1; say "model rc=$?"
+  mkdir -p "$OUT/serving"
+  timeout "$(left 20)" python3 benchmarks/tuned_serving.py --model /tmp/gdn-tp2 --profile profiles/tuned/h200.yaml \
+    --device cuda --tp 1 --ttft-prompts 30 --greedy-tokens 16 --extra-arg=--enforce-eager \
     --run-dir /tmp/hs-ts --out "$OUT/serving/tuned_serving.json" > "$OUT/serving.out" 2>&1; say "serving rc=$?"
-  mkdir -p "$OUT/serving"; for f in /tmp/hs-ts/*/*.log; do grep -v "GET /health" "$f" | tail -c 40000 > "$OUT/serving/$(basename "$(dirname "$f")")_$(basename "$f")"; done
+  for f in /tmp/hs-ts/*/*.log; do grep -v "GET /health" "$f" | tail -c 40000 > "$OUT/serving/$(basename "$(dirname "$f")")_$(basename "$f")"; done
   tail -25 "$OUT/serving.out"
+  if [ "$(left 10)" -gt 60 ]; then
+    say "verify flashinfer ($(left 10) s left)"
+    timeout "$(left 10)" python3 -c "from hybridserve.cli.app import main; main()" verify --backend torch \
+      --backend flashinfer --json > "$OUT/verify_flashinfer.json" 2> "$OUT/verify_flashinfer.err"; say "rc=$?"
+    tail -5 "$OUT/verify_flashinfer.err"
+  else
+    say "no time left for verify"
+  fi
   ;;
 v)
   ( source benchmarks/gpu_env.sh "$here" || exit 3

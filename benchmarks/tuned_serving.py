@@ -113,10 +113,22 @@ def pooled(runs: list[dict]) -> dict:
     return {"prompt_tokens": tokens, "wall_s": round(wall, 4), "prefill_tok_per_s": round(tokens / wall, 1)}
 
 
+def median_ratio_ci(default_s: list[float], tuned_s: list[float], *, reps: int = 4000, seed: int = 0) -> list[float]:
+    """95 % bootstrap interval of median(default) / median(tuned): each sample set resampled with replacement.
+    The H200 run of 2026-12-02 showed why it is needed: 10 TTFTs of a 32k prompt spread 95-129 ms on one server."""
+    import random
+
+    rng = random.Random(seed)
+    ratios = sorted(statistics.median(rng.choices(default_s, k=len(default_s)))
+                    / statistics.median(rng.choices(tuned_s, k=len(tuned_s))) for _ in range(reps))
+    return [round(ratios[int(0.025 * reps)], 4), round(ratios[int(0.975 * reps) - 1], 4)]
+
+
 def compare(default: dict, tuned: dict) -> dict:
-    """Ratios default / tuned (> 1: the tuned profile is faster) and token identity per length."""
+    """Ratios default / tuned (> 1: the tuned profile is faster) and token identity per length; with the TTFT samples
+    (`ttft_s`), each ratio's 95 % interval and the lengths where the tuned server is slower beyond it."""
     ttft = {n: round(default["ttft_median_s"][n] / tuned["ttft_median_s"][n], 4) for n in default["ttft_median_s"]}
-    return {
+    report = {
         "ttft_speedup": ttft,
         "ttft_never_slower": all(r >= 1.0 for r in ttft.values()),
         "prefill_throughput_ratio": round(tuned["throughput"]["prefill_tok_per_s"]
@@ -124,6 +136,11 @@ def compare(default: dict, tuned: dict) -> dict:
         "greedy_identical": {n: default["greedy_tokens"][n] == tuned["greedy_tokens"][n]
                              for n in default["greedy_tokens"]},
     }
+    if "ttft_s" in default and "ttft_s" in tuned:
+        ci = {n: median_ratio_ci(default["ttft_s"][n], tuned["ttft_s"][n]) for n in ttft}
+        report["ttft_speedup_ci95"] = ci
+        report["ttft_slower_beyond_noise"] = [n for n, (_, high) in ci.items() if high < 1.0]
+    return report
 
 
 def bucket_lines(log_text: str) -> list[str]:
@@ -194,7 +211,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--tp", type=int, default=1)
     parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 8192, 32768])
     parser.add_argument("--mix", type=int, nargs="+", default=[16, 4, 1], help="prompts per length in the mix")
-    parser.add_argument("--ttft-prompts", type=int, default=8)
+    parser.add_argument("--ttft-prompts", type=int, default=30)
     parser.add_argument("--greedy-tokens", type=int, default=32)
     parser.add_argument("--gpu-share", type=float, default=0.4, help="CUDA: --gpu-memory-utilization of each server")
     parser.add_argument("--extra-arg", action="append", default=[], help="extra vLLM flag (repeat)")

@@ -63,6 +63,20 @@ def test_comparison_reports_speedups_and_token_identity() -> None:
         "greedy_identical": {"1024": True, "8192": False}}
 
 
+def test_comparison_bounds_each_ratio_and_names_lengths_slower_beyond_noise() -> None:
+    default = _result({"1024": 0.02, "32768": 0.1}, 1000.0, {"1024": ["a"], "32768": ["b"]})
+    tuned = _result({"1024": 0.02, "32768": 0.2}, 1000.0, {"1024": ["a"], "32768": ["b"]})
+    default["ttft_s"] = {"1024": [0.019, 0.020, 0.021, 0.022, 0.018], "32768": [0.10, 0.11, 0.09, 0.10, 0.10]}
+    tuned["ttft_s"] = {"1024": [0.021, 0.018, 0.020, 0.019, 0.022], "32768": [0.20, 0.21, 0.19, 0.20, 0.22]}
+    report = bench.compare(default, tuned)
+    low, high = report["ttft_speedup_ci95"]["1024"]
+    assert low < 1.0 < high  # the same spread on both: the interval straddles 1
+    assert report["ttft_speedup_ci95"]["32768"][1] < 0.6  # twice as slow on every sample
+    assert report["ttft_slower_beyond_noise"] == ["32768"]
+    assert bench.median_ratio_ci([1.0, 2.0, 3.0], [1.0, 2.0, 3.0]) == bench.median_ratio_ci([1.0, 2.0, 3.0],
+                                                                                             [1.0, 2.0, 3.0])
+
+
 def test_bucket_lines_are_cut_from_the_server_log() -> None:
     log = ("INFO 12-01 [x.py:1] hybridserve: GDN prefill bucket TP1 1x16 (heads 2/2) -> torch[chunk_size=64]\n"
            "INFO 12-01 other line\n")
