@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -139,15 +140,23 @@ def test_torchvision_imports_with_the_startup_shim():
 
 
 IDLE_AGENT = """
-import os, time
+import json, os, time
 from hybridserve.core.vllm_plugin import nixl_progress
 if os.environ.get("DELAY"):
     nixl_progress.install(int(os.environ["DELAY"]))
 from nixl._api import nixl_agent, nixl_agent_config
 agent = nixl_agent("idle", nixl_agent_config(num_threads=1))
-start, t0 = time.process_time(), time.monotonic()
+def voluntary_switches():
+    counts = {}
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/status") as status:
+            counts[tid] = next(int(line.split()[1]) for line in status if line.startswith("voluntary_ctxt_switches"))
+    return counts
+before, start, t0 = voluntary_switches(), time.process_time(), time.monotonic()
 time.sleep(1.0)
-print((time.process_time() - start) / (time.monotonic() - t0))
+after = voluntary_switches()
+others = [after[t] - before[t] for t in after if t in before and t != str(os.getpid())]
+print(json.dumps({"cpu_share": (time.process_time() - start) / (time.monotonic() - t0), "max_sleeps": max(others)}))
 """
 
 
@@ -156,10 +165,13 @@ def test_idle_nixl_agent_stops_spinning_with_the_delay():
     stock = _python(IDLE_AGENT)
     patched = _python(IDLE_AGENT, DELAY="1000")
     assert stock.returncode == 0 and patched.returncode == 0, (stock.stderr[-300:], patched.stderr[-300:])
-    stock_cpu, patched_cpu = float(stock.stdout.split()[-1]), float(patched.stdout.split()[-1])
-    # stock: the progress thread polls with a zero timeout (up to 1 CPU-second per second, 0.5 seen on a busy
-    # 2-core box); patched: ~1.5 %
-    assert patched_cpu < 0.1 and stock_cpu > 5 * patched_cpu, (stock_cpu, patched_cpu)
+    stock, patched = json.loads(stock.stdout.splitlines()[-1]), json.loads(patched.stdout.splitlines()[-1])
+    # A thread's voluntary context switches count the times it blocked, whatever else runs on the box (a CPU-time
+    # ratio does not: under CI's load the stock spinner got 5 % of a core, the patched agent 4 %). Stock: the
+    # progress thread polls with a zero timeout and never blocks (0 seen); patched: it blocks once per 1 ms poll
+    # (916 in 1 s seen on an idle box) and uses ~2 % of a core.
+    assert stock["max_sleeps"] <= 10 and patched["max_sleeps"] >= 100, (stock, patched)
+    assert patched["cpu_share"] < 0.1, patched
 
 
 def test_cpu_conv_input_is_repacked_to_the_layout_the_kernel_accepts():
