@@ -58,6 +58,30 @@ def test_stop_kills_the_whole_group_after_the_grace_period(tmp_path):
         stop_roles([role], grace_s=0)
 
 
+# Writes "<name> term <t>" on SIGTERM, lingers `delay` s (a proxy finishing what it forwards), writes "<name> exit <t>".
+LINGERING = ("import signal, sys, time\n"
+             "name, record, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])\n"
+             "def note(what): open(record, 'a').write(f'{name} {what} {time.monotonic()}\\n')\n"
+             "def on_term(*_): note('term'); time.sleep(delay); note('exit'); sys.exit(0)\n"
+             "signal.signal(signal.SIGTERM, on_term)\n"
+             "note('ready')\n"
+             "time.sleep(300)\n")
+
+
+def test_stop_ends_the_proxy_before_it_signals_an_engine(tmp_path):
+    record = tmp_path / "record"
+    roles = [start_role(RoleCommand(name=name, role=role, argv=(sys.executable, "-c", LINGERING, name, str(record),
+                                                                   delay), env=(), host="127.0.0.1", port=9), tmp_path)
+             for name, role, delay in (("decode-0", Role.DECODE, "0"), ("proxy", Role.PROXY, "0.5"))]
+    deadline = time.monotonic() + 30
+    while (not record.exists() or record.read_text().count("ready") < 2) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    stop_roles(roles, grace_s=5.0)
+    seen = {" ".join(line.split()[:2]): float(line.split()[2]) for line in record.read_text().splitlines()}
+    assert seen["proxy term"] + 0.5 <= seen["proxy exit"] <= seen["decode-0 term"], seen
+    assert all(role.popen.returncode == 0 for role in roles)
+
+
 def test_a_role_that_exits_early_is_named_with_its_log(tmp_path):
     role = start_role(_command("broken", "import sys; print('cannot bind 8100'); sys.exit(3)"), tmp_path)
     with pytest.raises(CouldNotRunError, match=r"broken exited with code 3 before it was healthy; .*cannot bind 8100"):

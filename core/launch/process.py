@@ -65,9 +65,26 @@ def child_env(command: RoleCommand) -> dict[str, str]:
     return env
 
 
+# The proxy's share of the grace period: what it forwards when stopped is a prefill hop (max_tokens=1) or a decode
+# hop that fails at once when decode is gone.
+FRONT_GRACE_S = 5.0
+
+
 def stop_roles(roles: Iterable[RunningRole], *, grace_s: float = 15.0) -> None:
-    """SIGTERM every role's process group, wait up to `grace_s`, then SIGKILL the groups still alive."""
+    """Stop the front first, then the engines: SIGTERM each wave's process groups, wait up to its grace period,
+    SIGKILL the groups still alive. Front first because an engine stopped under a forwarded request keeps that
+    HTTP connection open and uvicorn waits for it: with every role signalled at once, a prefill server whose
+    engine had stopped held the proxy's follow-up request until SIGKILL, 15 s (seen in make test)."""
     roles = list(roles)
+    fronts = [role for role in roles if not role.command.role.is_engine]
+    engines = [role for role in roles if role.command.role.is_engine]
+    _stop_wave(fronts, min(grace_s, FRONT_GRACE_S))
+    _stop_wave(engines, grace_s)
+    # the leader's children (vLLM's engine core, workers) are gone only once their group is empty
+    wait_groups_gone([role.popen.pid for role in roles], timeout_s=5)
+
+
+def _stop_wave(roles: list[RunningRole], grace_s: float) -> None:
     for role in roles:
         _signal_group(role, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
@@ -82,8 +99,6 @@ def stop_roles(roles: Iterable[RunningRole], *, grace_s: float = 15.0) -> None:
             role.popen.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-    # the leader's children (vLLM's engine core, workers) are gone only once their group is empty
-    wait_groups_gone([role.popen.pid for role in roles], timeout_s=5)
 
 
 def kill_role(role: RunningRole) -> None:
