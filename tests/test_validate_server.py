@@ -142,6 +142,51 @@ def test_unreachable_endpoint_could_not_run(servers):
         run(servers["good"], "http://127.0.0.1:9", num=2)
 
 
+@pytest.mark.parametrize("seen, is_ok", [("AsyncScheduler (async_scheduling=True)", True),
+                                          ("Scheduler (async_scheduling=False)", False)], ids=["async", "sync"])
+def test_a_configuration_is_started_served_by_name_and_its_scheduler_proven(servers, tmp_path, monkeypatch, seen,
+                                                                            is_ok):
+    """validate's own start of a configuration (the CLI's default candidate), with `deployed` patched: the exact
+    arguments it gets, prompts sent under the model folder's name, the scheduler read from the engine logs."""
+    from contextlib import contextmanager
+
+    from hybridserve.core.validate import run as run_module
+    from hybridserve.core.validate.deployments import Config, Deployment
+
+    log = tmp_path / "decode-0.log"
+    log.write_text(f"(EngineCore pid=1) INFO hybridserve: engine scheduler {seen}\n")
+    calls, models = [], []
+
+    @contextmanager
+    def fake_deployed(target, **kwargs):
+        calls.append((target, kwargs))
+        yield Deployment(url=servers["good"], run_dir=tmp_path, engine_logs=(log,))
+
+    real_complete_all = run_module.complete_all
+    monkeypatch.setattr(run_module, "deployed", fake_deployed)
+    monkeypatch.setattr(run_module, "complete_all",
+                        lambda url, prompts, settings, on_done: models.append(settings.model) or real_complete_all(
+                            url, prompts, settings, on_done))
+    model = tmp_path / "my-model"
+    request = ValidateRequest(baseline=parse_target(servers["good"], what="baseline"),
+                              candidate=parse_target("pd-async", what="candidate"),
+                              dataset=load_dataset("synthetic", num_prompts=2, seed=1), model=model, base_port=9100,
+                              run_root=tmp_path / "runs", num_cores=2, start_timeout_s=33.0)
+    if not is_ok:
+        with pytest.raises(CouldNotRunError, match="pd-async: decode-0.log shows scheduler 'Scheduler', expected "
+                                                   "'AsyncScheduler'"):
+            validate(request)
+        return
+    report = validate(request)
+    (base, _), (target, kwargs) = calls  # in order: the baseline (a URL: nothing to start), the candidate
+    assert base.url == servers["good"] and base.config is None
+    assert target.config is Config.PD_ASYNC and target.fault is None
+    assert kwargs == dict(model=model.resolve(), base_port=9100, run_root=(tmp_path / "runs").resolve(), num_cores=2,
+                          timeout_s=33.0, device="cpu", engine=None)
+    assert models == [None, "my-model"]  # a URL is asked as it names its model; a started folder by its name
+    assert report.candidate.schedulers == {"decode-0": "AsyncScheduler"} and report.verdict.passed
+
+
 def test_cli_exit_codes_json_and_junit(servers, tmp_path):
     runner = CliRunner()
     junit = tmp_path / "v.xml"

@@ -107,8 +107,9 @@ def _write_switch(path: Path, fault: FaultKind | None) -> None:
     tmp.replace(path)  # the plugin never reads half a name
 
 
-def _topology(config: Config, model: Path, base_port: int, num_cores: int, fault: FaultKind | None,
-              device: str = "cpu", engine=None, fault_file: Path | None = None):  # noqa: ANN001
+def config_topology(config: Config, model: Path, base_port: int, num_cores: int, fault: FaultKind | None,
+                    device: str = "cpu", engine=None, fault_file: Path | None = None):  # noqa: ANN001
+    """The topology `deployed` starts a configuration from (a test builds a variant of the same server from it)."""
     from hybridserve.core.launch.gpus import count_gpus
     from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
 
@@ -127,7 +128,7 @@ def _topology(config: Config, model: Path, base_port: int, num_cores: int, fault
     return replace(topology, decode=decode)
 
 
-def _plan(config: Config, topology):  # noqa: ANN001, ANN202
+def config_plan(config: Config, topology):  # noqa: ANN001, ANN202
     """P/D: launch's `all` plan. Single: launch's decode command without its KV connector, on all cores."""
     from hybridserve.core.launch.machine import machine_plan
     from hybridserve.core.launch.plan import Role
@@ -153,8 +154,8 @@ def deployed(target: Target, *, model: Path, base_port: int, run_root: Path, num
     fault_file = run_dir / "fault" if is_fault_switchable else None
     if fault_file is not None:
         _write_switch(fault_file, target.fault)
-    plan = _plan(target.config, _topology(target.config, model, base_port, num_cores, target.fault, device, engine,
-                                          fault_file))
+    topology = config_topology(target.config, model, base_port, num_cores, target.fault, device, engine, fault_file)
+    plan = config_plan(target.config, topology)
     with started(plan, run_dir, timeout_s=timeout_s, on_progress=on_progress):
         front = plan.commands[-1]  # the proxy for P/D, the server itself for single
         logs = tuple(run_dir / f"{c.name}.log" for c in plan.commands if c.role.is_engine)
