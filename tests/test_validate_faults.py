@@ -147,7 +147,7 @@ def test_a_switchable_deployment_hands_the_decode_server_its_switch_file(tmp_pat
 
     switch = tmp_path / "fault"
     topology = deployments.config_topology(deployments.Config.PD_ASYNC, deployments.RECALL_MODEL_DIR, 8800, 2,
-                                     faults.FaultKind.STALE_STATE, fault_file=switch)
+                                           faults.FaultKind.STALE_STATE, fault_file=switch)
     assert [dict(d.env).get(faults.FAULT_FILE_ENV) for d in topology.decode] == [str(switch)]
     assert all(faults.FAULT_FILE_ENV not in dict(p.env) and faults.FAULT_ENV not in dict(p.env)
                for p in topology.prefill)

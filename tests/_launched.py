@@ -1,0 +1,111 @@
+"""`hybridserve launch --role all` as a subprocess, the way a user starts it: the session's P/D deployment.
+
+One topology file on loopback addresses 127.0.0.2 (prefill) and 127.0.0.3 (decode), the trained recall model,
+async scheduling, and a fault switch file for the decode server (HYBRIDSERVE_FAULT_FILE in its `env`, empty: no
+fault). validate_pd judges it as its pd-async candidate and arms each fault through the switch; launch_pd's tests
+run on it afterwards and end by killing its decode server. Every role is stopped (process groups) even on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from _run_groups import kill_run_groups
+
+from hybridserve.core.common.fault_kind import FAULT_FILE_ENV
+from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, Deployment
+
+START_TIMEOUT_S = 420
+LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
+
+
+@dataclass
+class Launched:
+    launcher: subprocess.Popen
+    run_dir: Path
+    endpoints: dict[str, str]
+    fault_file: Path
+    killed_at: float = 0.0  # wall-clock time decode was killed
+
+    @property
+    def proxy(self) -> str:
+        return self.endpoints["proxy"]
+
+    @property
+    def decode(self) -> str:
+        return self.endpoints["decode-0"]
+
+    def log(self, name: str) -> str:
+        return (self.run_dir / f"{name}.log").read_text(errors="replace")
+
+    def pid(self, name: str) -> int:
+        return int((self.run_dir / f"{name}.pid").read_text())
+
+    def as_validate_target(self) -> Deployment:
+        """The same deployment as validate's `deployed` yields it: the proxy, the engine logs, the switch."""
+        return Deployment(url=self.proxy, run_dir=self.run_dir, fault_file=self.fault_file,
+                          engine_logs=(self.run_dir / "prefill-0.log", self.run_dir / "decode-0.log"))
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def topology_yaml(fault_file: Path) -> str:
+    p, d = "127.0.0.2", "127.0.0.3"
+    return (f"model: {RECALL_MODEL_DIR}\ndevice: cpu\nengine: {{async_scheduling: true, max_model_len: 4096}}\n"
+            f"prefill:\n  - {{host: {p}, port: {_free_port(p)}, side_channel_port: {_free_port(p)}, devices: [0]}}\n"
+            f"decode:\n  - {{host: {d}, port: {_free_port(d)}, side_channel_port: {_free_port(d)}, "
+            f"devices: [{max(0, (os.cpu_count() or 1) - 1)}], env: {{{FAULT_FILE_ENV}: '{fault_file}'}}}}\n"
+            f"proxy: {{host: 127.0.0.1, port: {_free_port('127.0.0.1')}, timeout_s: 30}}\n")
+
+
+def launch_all(tmp: Path):
+    """Start `launch --role all` in `tmp`; yields the Launched deployment, stops it on the way out."""
+    fault_file = tmp / "fault"
+    fault_file.write_text("")
+    (tmp / "topology.yaml").write_text(topology_yaml(fault_file))
+    out, err = open(tmp / "launch.out", "w+"), open(tmp / "launch.err", "w+")
+    launcher = subprocess.Popen([*LAUNCH, "--topology", str(tmp / "topology.yaml"), "--role", "all", "--json",
+                                 "--run-dir", str(tmp / "runs"), "--timeout", str(START_TIMEOUT_S)],
+                                stdout=out, stderr=err, start_new_session=True)
+    try:
+        yield _wait_started(launcher, tmp, fault_file)
+    finally:
+        _stop(launcher, tmp / "runs")
+        out.close(), err.close()
+
+
+def _wait_started(launcher: subprocess.Popen, tmp: Path, fault_file: Path) -> Launched:
+    deadline = time.monotonic() + START_TIMEOUT_S + 60
+    while time.monotonic() < deadline:
+        text = (tmp / "launch.out").read_text()
+        if text.strip().endswith("}"):
+            info = json.loads(text)
+            return Launched(launcher=launcher, run_dir=Path(info["run_dir"]), endpoints=info["endpoints"],
+                            fault_file=fault_file)
+        if launcher.poll() is not None:
+            raise RuntimeError(f"launch exited {launcher.returncode}: {(tmp / 'launch.err').read_text()[-2000:]}")
+        time.sleep(1)
+    raise RuntimeError("launch --role all did not report its endpoints in time")
+
+
+def _stop(launcher: subprocess.Popen, runs: Path) -> None:
+    """SIGTERM the launcher (it stops its roles); then SIGKILL any role group still alive, whatever happened."""
+    if launcher.poll() is None:
+        os.killpg(launcher.pid, signal.SIGTERM)
+        try:
+            launcher.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    kill_run_groups(runs)
