@@ -102,3 +102,22 @@ def test_check_catches_a_misplaced_block():
     move_in_process([replace(reads[0], remote=wrong)])
     result = check_request(decode, plan.prefill, [1], blocks, whole_blocks=False)
     assert not result.is_exact and result.first_mismatch.startswith("tensor 0")
+
+
+@pytest.mark.parametrize("seed, tensor, start, num_bytes", [(10, 0, 0, 64), (2003, 14, 8 * 2_195_456, 4096),
+                                                            (2003, 59, 40 * 2**30, 64)],
+                         ids=["start", "397b-page-8", "past-int64"])
+def test_pattern_words_are_the_seeded_affine_sequence(seed, tensor, start, num_bytes):
+    """Word w of a tensor holds w * MULT + c mod 2^64 (c from seed and tensor), whichever path made it (one arange,
+    the wrapping multiply-add beyond int64, or written in place into a slice of a region)."""
+    import torch
+
+    from hybridserve.transfer import regions
+
+    c = (seed * 1_000_003 + tensor + 1) * regions._SALT
+    words = [((start // 8 + i) * regions._MULT + c) % 2**64 for i in range(num_bytes // 8)]
+    want = torch.tensor([w - 2**64 if w >= 2**63 else w for w in words], dtype=torch.int64).view(torch.uint8)
+    assert torch.equal(regions.pattern(seed, tensor, start, num_bytes), want)
+    region = torch.zeros(num_bytes + 16, dtype=torch.uint8)
+    regions.pattern(seed, tensor, start, num_bytes, out=region[8:8 + num_bytes])
+    assert torch.equal(region[8:8 + num_bytes], want) and not region[:8].any() and not region[-8:].any()
