@@ -15,7 +15,7 @@ subprocess). One module per fix; each is off unless `hybridserve launch` set its
 from __future__ import annotations
 
 from hybridserve.core.vllm_plugin import (
-    async_scheduling, cpu_affinity, cpu_conv_layout, nixl_progress, settings, torchvision_shim, transfer_log,
+    async_scheduling, cpu_affinity, cpu_conv_layout, faults, nixl_progress, settings, torchvision_shim, transfer_log,
 )
 from hybridserve.core.vllm_plugin.log import logger
 
@@ -28,7 +28,7 @@ def register() -> None:
     async_scheduling.install_scheduler_log()
     transfer_log.install()
     cpu_conv_layout.install()
-    from hybridserve.core.vllm_plugin import faults; faults.install_from_env()  # validate (issue 6): off unless HYBRIDSERVE_FAULT(_FILE)
+    faults.install_from_env()  # validate's fault injection: off unless HYBRIDSERVE_FAULT(_FILE) is set
     if config.keep_async_scheduling:
         async_scheduling.install_keep_async()
     if config.nixl_progress_delay_us is not None:
