@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PIP    := $(VENV)/bin/pip
-UV     := $(VENV)/bin/uv pip --python $(VENV)/bin/python
+UV     := VIRTUAL_ENV=$(VENV) $(VENV)/bin/uv pip
 # The stamp names the hash of pyproject.toml, not its date: a fresh clone (every file dated now) or a restored CI
 # cache of .venv (see .ci/run) skips the install when the dependencies did not change.
 DEPS   := $(shell sha256sum pyproject.toml | cut -c1-16)
