@@ -64,8 +64,14 @@ def test_ours_is_under_a_tenth_of_vllm_for_397b_flashinfer_8k():
         assert ours <= 16_260 // 10
 
 
-@pytest.mark.parametrize("case", TP_CASES, ids=case_id)
-@pytest.mark.parametrize("spec", [2], ids=lambda s: f"spec{s}")  # spec 0 and 2 both run over NIXL (test_transfer_nixl)
+# Every TP pair of both models, spec 0 and 2, is also moved byte-exact over NIXL (test_transfer_nixl); here, without
+# NIXL, every 0.8B pair and the 397B pair with TP on both sides (the 397B's 0.5 GB per rank is what this file spends
+# most of its time on: 10 s of CPU for the other three pairs)
+IN_PROCESS_CASES = [c for c in TP_CASES if "397b" not in c[0] or c[1:] == (4, 2)]
+
+
+@pytest.mark.parametrize("case", IN_PROCESS_CASES, ids=case_id)
+@pytest.mark.parametrize("spec", [2], ids=lambda s: f"spec{s}")
 def test_descriptors_move_exactly_the_right_bytes(case, spec):
     prompt = prompt_for(case[0])
     plan = plan_for(*case, spec=spec, prompt=prompt)
