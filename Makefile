@@ -47,13 +47,17 @@ demo: $(STAMP)
 # server; their own ports). The servers wait on requests more than they compute (a serial run before bytecode used
 # 0.4 of the 2 cores), and the nice level keeps them first when both want a core. The side stream's output goes to
 # runs/test-side.log, printed once the main stream is done.
+# The side stream's torch runs one thread a process: two xdist workers (or up to six NIXL rank processes) on two
+# cores, each with torch's two OpenMP threads that spin after every parallel region, spent 85 CPU-s on what takes
+# 60 with one thread (no-server tests alone: 49 -> 37 s; NIXL tests: 121 -> 69 CPU-s, 74 -> 58 s). The vLLM
+# servers are not in it: launch binds their threads (VLLM_CPU_OMP_THREADS_BIND).
 # Files whose every test is slow: the no-server stream does not even import them (each xdist worker would import
 # vLLM and NIXL for them: collection 6.3 s -> 3.3 s a process). A slow test elsewhere is still deselected by -m.
 SLOW_FILES := test_validate_pd test_launch_pd test_gdn_dispatch_server test_transfer_nixl test_transfer_failures
 
 test: $(STAMP)
 	@mkdir -p runs
-	nice -n 10 sh -c '$(VENV)/bin/pytest -q -m "not slow" -n $(JOBS) --dist load \
+	OMP_NUM_THREADS=1 nice -n 10 sh -c '$(VENV)/bin/pytest -q -m "not slow" -n $(JOBS) --dist load \
 	  $(foreach f,$(SLOW_FILES),--ignore=tests/$(f).py) tests; fast=$$?; \
 	  $(VENV)/bin/pytest -q -m "slow and nixl_agents" tests && exit $$fast' > runs/test-side.log 2>&1 & \
 	side_pid=$$!; \
