@@ -8,7 +8,8 @@
 #   bash benchmarks/gpu13.sh s   # merge the two profiles; make the TP2-geometry model; served TTFT, mix throughput
 #                                # and greedy tokens, --tuned-profile against vLLM's default -> $OUT/serving
 #   bash benchmarks/gpu13.sh r   # on a fresh machine after the bundle's copy calls: the served comparison with the
-#                                # shipped profile (both servers at once on the GPU, requests alternating), then
+#                                # shipped profile (default, tuned and a control default at once on the GPU,
+#                                # requests rotating), then
 #                                # the routing's per-call cost (gdn_route_overhead_gpu.py)
 #   bash benchmarks/gpu13.sh v   # after r, carry .gpuwork/fq2 (fq1's z3 wheel copied to /tmp/fqstash before): verify
 #                                # FlashInfer (vLLM's) and FlashQLA (its own environment) on the whole case matrix,
@@ -68,8 +69,9 @@ s)
   tail -40 "$OUT/serving.out"
   ;;
 r)  # a fresh machine after the bundle's copy calls: serving again with the merged profile (the server lacks
-    # FlashInfer's rivals: FlashQLA buckets fall back along their ranked lists), both servers at once; then, while
-    # DEADLINE (epoch s, default now + 540) leaves 30 s, the routing's per-call cost. At most 7 files under $OUT.
+    # FlashInfer's rivals: FlashQLA buckets fall back along their ranked lists), three servers at once (default,
+    # tuned, a control copy of the default); then, while DEADLINE (epoch s, default now + 540) leaves 30 s, the
+    # routing's per-call cost. At most 7 files under $OUT.
   deadline=${DEADLINE:-$(( $(date +%s) + 540 ))}
   left() { local s=$(( deadline - $(date +%s) - $1 )); echo $(( s > 1 ? s : 1 )); }  # timeout 0 would never stop
   source benchmarks/gpu_env.sh "$here" || exit 3
@@ -78,7 +80,7 @@ r)  # a fresh machine after the bundle's copy calls: serving again with the merg
   python3 scripts/make_gdn_bench_model.py /tmp/gdn-tp2 --tp 2 >> "$OUT/stage.log" 2>&1; say "model rc=$?"
   mkdir -p "$OUT/serving"
   timeout "$(left 20)" python3 benchmarks/tuned_serving.py --model /tmp/gdn-tp2 --profile profiles/tuned/h200.yaml \
-    --device cuda --tp 1 --ttft-prompts 30 --greedy-tokens 16 --extra-arg=--enforce-eager \
+    --device cuda --tp 1 --ttft-prompts 30 --greedy-tokens 16 --extra-arg=--enforce-eager --control --gpu-share 0.28 \
     --run-dir /tmp/hs-ts --out "$OUT/serving/tuned_serving.json" > "$OUT/serving.out" 2>&1; say "serving rc=$?"
   for f in /tmp/hs-ts/*/*.log; do grep -v "GET /health" "$f" | tail -c 40000 > "$OUT/serving/$(basename "$(dirname "$f")")_$(basename "$f")"; done
   tail -25 "$OUT/serving.out"
@@ -87,7 +89,7 @@ r)  # a fresh machine after the bundle's copy calls: serving again with the merg
   if [ "$(left 10)" -gt 30 ]; then
     say "route overhead ($(left 10) s left)"
     timeout "$(left 10)" python3 benchmarks/gdn_route_overhead_gpu.py --profile profiles/tuned/h200.yaml \
-      --out "$OUT/route_overhead.json" > "$OUT/route_overhead.out" 2>&1; say "rc=$?"; tail -4 "$OUT/route_overhead.out"
+      --out "$OUT/route_overhead.json" > /tmp/gpu13/route_overhead.out 2>&1; say "rc=$?"; tail -4 /tmp/gpu13/route_overhead.out
   else
     say "no time left for the route overhead"
   fi

@@ -11,9 +11,11 @@ Each configuration is one plain vLLM server (launch's Role.SINGLE); the tuned on
 Both servers run at once (on CUDA on the same GPUs, each given `--gpu-share` of their memory; on CPU on cores 0
 and 1), and every measurement alternates between them, so neither profits from running second (a warm disk cache,
 GPU clocks): an earlier run that served them one after the other measured 0.85x in one order and 1.11x in the other.
+With --control a third server, a second copy of the default, runs beside them: default / control is an A/A ratio,
+the noise floor of the same run (the H200 run 4 measured 1.09x at 8k between two servers running the same kernel).
 Both are warmed up with one prompt of each length and the mix once before anything is measured. TTFT is measured
-with streaming (time to the first streamed token), one request at a time, in the order default, tuned, tuned,
-default, ... Throughput: the whole mix sent at once, max_tokens=1, prompt tokens / wall time, twice per server
+with streaming (time to the first streamed token), one request at a time, the order rotating (default, tuned;
+tuned, default; ...). Throughput: the whole mix sent at once, max_tokens=1, prompt tokens / wall time, twice per server
 (ABBA). Greedy: `--greedy-tokens` tokens of one prompt per length, temperature 0.
 """
 
@@ -76,8 +78,9 @@ def throughput(url: str, model: str, prompts: list[list[int]], timeout_s: float)
 
 
 def alternating(names: list[str], index: int) -> list[str]:
-    """ABBA order: the configurations forwards on even turns, backwards on odd ones."""
-    return names if index % 2 == 0 else names[::-1]
+    """The configurations rotated by one place a turn: each takes every place equally often (two: ABBA...)."""
+    shift = index % len(names)
+    return names[shift:] + names[:shift]
 
 
 def measure(urls: dict[str, str], model: str, args: argparse.Namespace) -> dict[str, dict]:
@@ -189,7 +192,10 @@ def topologies(args: argparse.Namespace):
         instance = replace(base.decode[0], tp=args.tp, devices=devices, extra_args=wrapped + tuple(args.extra_arg))
         return replace(base, decode=(instance,), served_model_name=args.model.name)
 
-    return {"default": single(args.base_port, 0), "tuned": apply_tuned_profile(single(args.base_port + 10, 1), header)}
+    configs = {"default": single(args.base_port, 0), "tuned": apply_tuned_profile(single(args.base_port + 10, 1), header)}
+    if args.control:  # the default again (on CPU beside the default on its core: a smoke run only)
+        configs["control"] = single(args.base_port + 20, 0)
+    return configs
 
 
 def _servable(model: Path, device) -> Path:  # noqa: ANN001
@@ -214,6 +220,8 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--ttft-prompts", type=int, default=30)
     parser.add_argument("--greedy-tokens", type=int, default=32)
     parser.add_argument("--gpu-share", type=float, default=0.4, help="CUDA: --gpu-memory-utilization of each server")
+    parser.add_argument("--control", action="store_true",
+                        help="also serve a second copy of the default: default / control is the run's A/A ratio")
     parser.add_argument("--extra-arg", action="append", default=[], help="extra vLLM flag (repeat)")
     parser.add_argument("--base-port", type=int, default=8000)
     parser.add_argument("--timeout", type=float, default=600.0)
@@ -225,9 +233,11 @@ def main(argv: list[str]) -> None:
         raise SystemExit("--mix: accepted: one count per --lengths value")
     results, logs = serve_and_measure(topologies(args), args)
     report = {"model": str(args.model), "profile": str(args.profile), "tp": args.tp, "lengths": args.lengths,
-              "mix": args.mix, "order": "both servers at once, requests alternating (ABBA)", "results": results,
+              "mix": args.mix, "order": "all servers at once, the request order rotating", "results": results,
               "plugin_bucket_lines": logs,
               "comparison": compare(results["default"], results["tuned"])}
+    if "control" in results:
+        report["control_comparison"] = compare(results["default"], results["control"])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(report, indent=2))

@@ -86,8 +86,9 @@ def test_bucket_lines_are_cut_from_the_server_log() -> None:
 def test_the_two_configurations_differ_only_by_the_tuned_profile_ports_and_core(tmp_path) -> None:
     args = argparse.Namespace(model=ROOT / "profiles" / "tiny-qwen3.5-recall", device="cpu", tp=1,
                               lengths=[64, 512], mix=[4, 1], extra_arg=[], base_port=8000, gpu_share=0.4,
-                              profile=two_bucket_profile(tmp_path / "p.yaml"))
+                              profile=two_bucket_profile(tmp_path / "p.yaml"), control=False)
     configs = bench.topologies(args)
+    assert list(configs) == ["default", "tuned"]
     default, tuned = configs["default"].decode[0], configs["tuned"].decode[0]
     assert settings.GDN_DISPATCH_PROFILE not in dict(default.env)
     assert dict(tuned.env)[settings.GDN_DISPATCH_PROFILE] == str((tmp_path / "p.yaml").resolve())
@@ -102,6 +103,24 @@ def test_the_two_configurations_differ_only_by_the_tuned_profile_ports_and_core(
 def test_measurements_alternate_abba() -> None:
     assert [bench.alternating(["default", "tuned"], i) for i in range(3)] == [
         ["default", "tuned"], ["tuned", "default"], ["default", "tuned"]]
+
+
+def test_with_a_control_each_server_takes_every_place_equally_often() -> None:
+    names = ["default", "tuned", "control"]
+    orders = [bench.alternating(names, i) for i in range(6)]
+    assert all(sorted(order) == sorted(names) for order in orders)
+    assert all(sorted(order[place] for order in orders) == sorted(names * 2) for place in range(3))
+
+
+def test_the_control_is_the_default_on_other_ports(tmp_path) -> None:
+    args = argparse.Namespace(model=ROOT / "profiles" / "tiny-qwen3.5-recall", device="cpu", tp=1,
+                              lengths=[64, 512], mix=[4, 1], extra_arg=[], base_port=8000, gpu_share=0.4,
+                              profile=two_bucket_profile(tmp_path / "p.yaml"), control=True)
+    configs = bench.topologies(args)
+    default, control = configs["default"].decode[0], configs["control"].decode[0]
+    ports = [{c.decode[0].port, c.decode[0].side_channel_port} for c in configs.values()]
+    assert all(a.isdisjoint(b) for i, a in enumerate(ports) for b in ports[i + 1:])
+    assert replace(control, port=default.port, side_channel_port=default.side_channel_port) == default
 
 
 def test_throughput_runs_pool_tokens_over_wall_time() -> None:
