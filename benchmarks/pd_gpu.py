@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import signal
 import statistics
@@ -24,6 +23,7 @@ from pathlib import Path
 import httpx
 
 from hybridserve.core.common.ucx import fallback_message, parse_proto_info, rma_transport
+from hybridserve.core.launch.process import stop_group
 from hybridserve.core.validate.dataset import is_correct, load_dataset
 from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX
 
@@ -54,13 +54,7 @@ def wait_health(url: str, proc: subprocess.Popen, timeout_s: float) -> float:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    stop_group(proc, sig=signal.SIGINT, grace_s=60)
 
 
 def ask(url: str, model: str, prompt: str, max_tokens: int) -> dict:

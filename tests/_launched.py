@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from _run_groups import kill_run_groups
 
 from hybridserve.core.common.fault_kind import FAULT_FILE_ENV
+from hybridserve.core.launch.process import stop_group
 from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, Deployment
 
 START_TIMEOUT_S = 420
@@ -102,10 +102,5 @@ def _wait_started(launcher: subprocess.Popen, tmp: Path, fault_file: Path) -> La
 
 def _stop(launcher: subprocess.Popen, runs: Path) -> None:
     """SIGTERM the launcher (it stops its roles); then SIGKILL any role group still alive, whatever happened."""
-    if launcher.poll() is None:
-        os.killpg(launcher.pid, signal.SIGTERM)
-        try:
-            launcher.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(launcher.pid, signal.SIGKILL)
+    stop_group(launcher, grace_s=60)
     kill_run_groups(runs)

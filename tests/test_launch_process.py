@@ -17,7 +17,7 @@ from _run_groups import kill_run_groups
 
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.launch.plan import Role, RoleCommand
-from hybridserve.core.launch.process import start_role, stop_roles
+from hybridserve.core.launch.process import start_role, stop_group, stop_roles
 from hybridserve.core.launch.health import wait_healthy
 
 # A role that starts a grandchild in its own group and ignores SIGTERM: only a group SIGKILL ends both.
@@ -56,6 +56,20 @@ def test_stop_kills_the_whole_group_after_the_grace_period(tmp_path):
         assert not _alive(grandchild)
     finally:
         stop_roles([role], grace_s=0)
+
+
+def test_stop_group_sends_its_signal_and_kills_a_group_that_outlives_the_grace(tmp_path):
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    stop_group(polite, sig=signal.SIGINT, grace_s=10)
+    assert polite.returncode == -signal.SIGINT  # ended by its signal, not by the SIGKILL
+    stubborn = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, start_new_session=True)
+    grandchild = int(stubborn.stdout.readline())
+    start = time.monotonic()
+    stop_group(stubborn, grace_s=0.5)
+    assert stubborn.returncode == -signal.SIGKILL and time.monotonic() - start < 10
+    time.sleep(0.2)
+    assert not _alive(grandchild)
+    stop_group(stubborn)  # already ended: nothing to signal, no error
 
 
 # Writes "<name> term <t>" on SIGTERM, lingers `delay` s (a proxy finishing what it forwards), writes "<name> exit <t>".

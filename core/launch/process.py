@@ -107,6 +107,21 @@ def kill_role(role: RunningRole) -> None:
     role.popen.wait(timeout=10)
 
 
+def stop_group(popen: subprocess.Popen, *, sig: signal.Signals = signal.SIGTERM, grace_s: float = 60.0) -> None:
+    """Signal the process group that `popen` leads (a launcher, a server), wait up to grace_s for its leader, then
+    SIGKILL the group if the leader is still alive. For one process started with start_new_session=True."""
+    if popen.poll() is not None:
+        return
+    try:
+        os.killpg(popen.pid, sig)
+        popen.wait(timeout=grace_s)
+    except ProcessLookupError:  # the group ended between the poll and the signal
+        popen.wait()
+    except subprocess.TimeoutExpired:
+        os.killpg(popen.pid, signal.SIGKILL)
+        popen.wait()
+
+
 def _signal_group(role: RunningRole, sig: signal.Signals) -> None:
     try:
         os.killpg(role.popen.pid, sig)
