@@ -59,9 +59,14 @@ def test_stop_kills_the_whole_group_after_the_grace_period(tmp_path):
 
 
 def test_stop_group_sends_its_signal_and_kills_a_group_that_outlives_the_grace(tmp_path):
-    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
-    stop_group(polite, sig=signal.SIGINT, grace_s=10)
-    assert polite.returncode == -signal.SIGINT  # ended by its signal, not by the SIGKILL
+    # its own SIGINT handler: make test's side stream runs in a background shell, which starts children with SIGINT
+    # ignored (and Python then leaves it ignored)
+    polite = subprocess.Popen([sys.executable, "-c", "import signal, sys, time; signal.signal(signal.SIGINT, "
+                               "lambda *_: sys.exit(3)); print('ready', flush=True); time.sleep(300)"],
+                              stdout=subprocess.PIPE, start_new_session=True)
+    assert polite.stdout.readline().strip() == b"ready"
+    stop_group(polite, sig=signal.SIGINT, grace_s=30)
+    assert polite.returncode == 3  # ended by the signal asked for, not by the SIGKILL
     stubborn = subprocess.Popen([sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, start_new_session=True)
     grandchild = int(stubborn.stdout.readline())
     start = time.monotonic()
