@@ -11,6 +11,7 @@
 #                                # shipped profile (default, tuned and a control default at once on the GPU,
 #                                # requests rotating), then
 #                                # the routing's per-call cost (gdn_route_overhead_gpu.py)
+#   bash benchmarks/gpu13.sh f   # a fresh machine, no vLLM: FlashQLA verify alone (.gpuwork/fq1 copied first, fq2 carried)
 #   bash benchmarks/gpu13.sh v   # after r, carry .gpuwork/fq2 (fq1's z3 wheel copied to /tmp/fqstash before): verify
 #                                # FlashInfer (vLLM's) and FlashQLA (its own environment) on the whole case matrix,
 #                                # and the per-call routing cost (gdn_route_overhead_gpu.py)
@@ -110,5 +111,20 @@ v)
     --json > "$OUT/verify_flashqla.json" 2> "$OUT/verify_flashqla.err"; say "rc=$?"
   for f in "$OUT"/verify_*.err; do tail -5 "$f"; done
   ;;
-*) echo "stage k, q, s, r or v"; exit 2 ;;
+f)  # a fresh machine, no vLLM: FlashQLA's verify alone in its own environment. Before: one copy call of .gpuwork/fq1
+    # (mkdir -p /tmp/fqstash && cp .gpuwork/fq1/* /tmp/fqstash/: z3-solver, apache-tvm-ffi 0.1.12, torch-c-dlpack-ext,
+    # flash-qla and tilelang's small pure dependencies); this stage carries .gpuwork/fq2 (tilelang 0.1.15).
+  deadline=${DEADLINE:-$(( $(date +%s) + 540 ))}
+  left() { local s=$(( deadline - $(date +%s) - $1 )); echo $(( s > 1 ? s : 1 )); }
+  mkdir -p /tmp/fqstash /tmp/hsite && cp .gpuwork/fq2/* /tmp/fqstash/ && ln -sfn "$here" /tmp/hsite/hybridserve
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fqsite /tmp/fqstash/*.whl \
+    > "$OUT/pip.txt" 2>&1 || { tail -5 "$OUT/pip.txt"; exit 3; }
+  export PYTHONPATH=/tmp/fqsite:/tmp/hsite PYTHONUNBUFFERED=1 COLUMNS=200 TILELANG_CACHE_DIR=/tmp/tlcache
+  { nvidia-smi -L; python3 -c "import flash_qla, tilelang, importlib.metadata as m; print({d: m.version(d) for d in ('flash-qla', 'tilelang', 'apache-tvm-ffi', 'torch', 'triton')})"; } 2>&1 | tee "$OUT/stage.log"
+  say "verify flashqla ($(left 10) s left)"
+  timeout "$(left 10)" python3 -c "from hybridserve.cli.app import main; main()" verify --backend torch --backend flashqla \
+    --json > "$OUT/verify_flashqla.json" 2> "$OUT/verify_flashqla.err"; say "rc=$?"
+  tail -5 "$OUT/verify_flashqla.err"
+  ;;
+*) echo "stage k, q, s, r, v or f"; exit 2 ;;
 esac

@@ -7,8 +7,11 @@ instead (`--help`: see cli/help.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -50,3 +53,24 @@ err_console = FitConsole(stderr=True)
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def library_output_to_stderr() -> Iterator[None]:
+    """While kernels load, compile and run: file descriptor 1 points at stderr, so what a library prints to stdout
+    (Python or C) lands beside the progress messages, not in the results. On the H200, TileLang's compile log went to
+    stdout and made `verify --backend flashqla --json` unparsable. Results are written after the block, to the
+    restored stdout. Without a usable fd 1 or 2 (a closed stream) it changes nothing."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from hybridserve.cli.console import err_console, out_console, print_json
+from hybridserve.cli.console import err_console, library_output_to_stderr, out_console, print_json
 from hybridserve.cli.options import JsonOpt, ModelOpt, TpsOpt, trailing_values
 
 Shapes = Annotated[Optional[list[str]], typer.Option("--shapes", help="Batch shapes NxL: --shapes 1x1024 4x4096.")]
@@ -87,7 +87,7 @@ def command(
 
     for t in req.tps:
         model_heads(req.model, t)  # refuse a bad --tp before any work
-    with _progress(len(req.tps) * len(req.shapes), quiet=as_json) as step:
+    with library_output_to_stderr(), _progress(len(req.tps) * len(req.shapes), quiet=as_json) as step:
         profile = run_tune(req, progress=step)
     write_profile(profile, out)
     write_plot(profile, plot or out.with_suffix(".png"))

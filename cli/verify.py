@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from hybridserve.cli.console import err_console, out_console, print_json
+from hybridserve.cli.console import err_console, library_output_to_stderr, out_console, print_json
 from hybridserve.cli.options import JsonOpt, ModelOpt, TpsOpt, trailing_values
 
 Backends = Annotated[Optional[list[str]], typer.Option("--backend", "-b", help="Backend to check (repeat).")]
@@ -46,7 +46,7 @@ def command(
     spec = load_model(model)
     cases = case_matrix(head_dim=head_dim, long_len=long_len, model=spec, tps=tps)
     backends = registry.select(backend)
-    with _progress(count_steps(backends, cases), quiet=as_json) as step:
+    with library_output_to_stderr(), _progress(count_steps(backends, cases), quiet=as_json) as step:
         report = run_verify(backends, cases, dtype=in_dtype, device=device, tolerance=tolerance, progress=step)
     if as_json:
         print_json(_as_dict(report))
