@@ -11,7 +11,7 @@
 #                                # shipped profile (default, tuned and a control default at once on the GPU,
 #                                # requests rotating), then
 #                                # the routing's per-call cost (gdn_route_overhead_gpu.py)
-#   bash benchmarks/gpu13.sh f   # a fresh machine, no vLLM: FlashQLA verify alone (.gpuwork/fq1 copied first, fq2 carried)
+#   bash benchmarks/gpu13.sh f   # a fresh machine, no vLLM: FlashQLA verify alone (fq1 copied first, fq2 carried)
 #   bash benchmarks/gpu13.sh v   # after r, carry .gpuwork/fq2 (fq1's z3 wheel copied to /tmp/fqstash before): verify
 #                                # FlashInfer (vLLM's) and FlashQLA (its own environment) on the whole case matrix,
 #                                # and the per-call routing cost (gdn_route_overhead_gpu.py)

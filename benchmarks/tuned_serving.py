@@ -9,7 +9,7 @@ On CPU (a smoke run with the tiny model): --device cpu --lengths 64 256 512 --mi
 Each configuration is one plain vLLM server (launch's Role.SINGLE); the tuned one differs only by `--tuned-profile`
 (the plugin routes each prefill batch, and on CUDA `--gdn-prefill-backend` is its closest setting) and its ports.
 Both servers run at once (on CUDA on the same GPUs, each given `--gpu-share` of their memory; on CPU on cores 0
-and 1), and every measurement alternates between them, so neither profits from running second (a warm disk cache,
+and 1), and the measurements alternate between them, so neither profits from running second (a warm disk cache,
 GPU clocks): an earlier run that served them one after the other measured 0.85x in one order and 1.11x in the other.
 With --control a third server, a second copy of the default, runs beside them: default / control is an A/A ratio,
 the noise floor of the same run (the H200 run 4 measured 1.09x at 8k between two servers running the same kernel).
@@ -192,7 +192,8 @@ def topologies(args: argparse.Namespace):
         instance = replace(base.decode[0], tp=args.tp, devices=devices, extra_args=wrapped + tuple(args.extra_arg))
         return replace(base, decode=(instance,), served_model_name=args.model.name)
 
-    configs = {"default": single(args.base_port, 0), "tuned": apply_tuned_profile(single(args.base_port + 10, 1), header)}
+    configs = {"default": single(args.base_port, 0),
+               "tuned": apply_tuned_profile(single(args.base_port + 10, 1), header)}
     if args.control:  # the default again (on CPU beside the default on its core: a smoke run only)
         configs["control"] = single(args.base_port + 20, 0)
     return configs

@@ -7,6 +7,7 @@ SIGKILL for what is left. Each role also dies with the launcher (guard.py: paren
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -118,7 +119,8 @@ def stop_group(popen: subprocess.Popen, *, sig: signal.Signals = signal.SIGTERM,
     except ProcessLookupError:  # the group ended between the poll and the signal
         popen.wait()
     except subprocess.TimeoutExpired:
-        os.killpg(popen.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may end just after the grace
+            os.killpg(popen.pid, signal.SIGKILL)
         popen.wait()
 
 
