@@ -6,7 +6,8 @@ if [ ! -f /tmp/vsite/.hs_ok ]; then
   bash /tmp/vbstash/install.sh > /tmp/install.log 2>&1 && touch /tmp/vsite/.hs_ok || { tail -5 /tmp/install.log; return 1; }
 fi
 source /tmp/vb_env.sh
-if [ ! -f /tmp/nixlsite/.hs_ok ]; then
+# nixl only where its stash was copied (the P/D runs); the serving and kernel stages need none
+if [ ! -f /tmp/nixlsite/.hs_ok ] && [ -f /tmp/nxstash/nixl_only.tgz ]; then
   mkdir -p /tmp/nixlsite && tar xzf /tmp/nxstash/nixl_only.tgz -C /tmp/nixlsite && touch /tmp/nixlsite/.hs_ok
 fi
 mkdir -p /tmp/hsite/hybridserve-0.1.0.dist-info
