@@ -25,6 +25,15 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 mkdir -p /tmp/gpu13
 say() { echo "[$(date -u +%T)] $*" | tee -a "$OUT/stage.log"; }
+# stages r and f: seconds left before DEADLINE (epoch s, default now + 540) less $1, at least 1 (timeout 0 never stops)
+deadline=${DEADLINE:-$(( $(date +%s) + 540 ))}
+left() { local s=$(( deadline - $(date +%s) - $1 )); echo $(( s > 1 ? s : 1 )); }
+# FlashQLA's own environment: its wheels (.gpuwork/fq2, carried; fq1's copied before) into /tmp/fqsite
+fq_install() {
+  mkdir -p /tmp/fqstash && cp .gpuwork/fq2/* /tmp/fqstash/
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fqsite /tmp/fqstash/*.whl \
+    > "$OUT/pip.txt" 2>&1 || { tail -5 "$OUT/pip.txt"; exit 3; }
+}
 case "$1" in
 k)
   source benchmarks/gpu_env.sh "$here" || exit 3
@@ -37,9 +46,7 @@ k)
   cp -r "$OUT/fi" /tmp/gpu13/; tail -45 "$OUT/fi.out"
   ;;
 q)
-  mkdir -p /tmp/fqstash && cp .gpuwork/fq2/* /tmp/fqstash/
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fqsite /tmp/fqstash/*.whl \
-    > "$OUT/pip.txt" 2>&1 || { tail -5 "$OUT/pip.txt"; exit 3; }
+  fq_install
   ln -sfn "$here" /tmp/hsite/hybridserve
   # FlashQLA's own environment: its apache-tvm-ffi first; vLLM's site last (pure-Python helpers only, no FlashInfer)
   export PYTHONPATH=/tmp/fqsite:/tmp/hsite:/tmp/vsite PYTHONUNBUFFERED=1 COLUMNS=200 TILELANG_CACHE_DIR=/tmp/tlcache
@@ -73,8 +80,6 @@ r)  # a fresh machine after the bundle's copy calls: serving again with the merg
     # FlashInfer's rivals: FlashQLA buckets fall back along their ranked lists), three servers at once (default,
     # tuned, a control copy of the default); then, while DEADLINE (epoch s, default now + 540) leaves 30 s, the
     # routing's per-call cost. At most 7 files under $OUT.
-  deadline=${DEADLINE:-$(( $(date +%s) + 540 ))}
-  left() { local s=$(( deadline - $(date +%s) - $1 )); echo $(( s > 1 ? s : 1 )); }  # timeout 0 would never stop
   source benchmarks/gpu_env.sh "$here" || exit 3
   { nvidia-smi -L; python3 -c "import importlib.metadata as m; print({d: m.version(d) for d in ('vllm', 'flashinfer-python', 'torch', 'triton', 'nvidia-cutlass-dsl')})"; } >> "$OUT/stage.log" 2>&1
   say "installed"
@@ -102,9 +107,7 @@ v)
     say "verify flashinfer"
     timeout 200 python3 -c "from hybridserve.cli.app import main; main()" verify --backend torch --backend flashinfer --json > "$OUT/verify_flashinfer.json" \
       2> "$OUT/verify_flashinfer.err"; say "rc=$?" )
-  mkdir -p /tmp/fqstash && cp .gpuwork/fq2/* /tmp/fqstash/
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fqsite /tmp/fqstash/*.whl \
-    > "$OUT/pip.txt" 2>&1 || { tail -5 "$OUT/pip.txt"; exit 3; }
+  fq_install
   export PYTHONPATH=/tmp/fqsite:/tmp/hsite:/tmp/vsite PYTHONUNBUFFERED=1 COLUMNS=200 TILELANG_CACHE_DIR=/tmp/tlcache
   say "verify flashqla"
   timeout 330 python3 -c "from hybridserve.cli.app import main; main()" verify --backend torch --backend flashqla \
@@ -114,11 +117,8 @@ v)
 f)  # a fresh machine, no vLLM: FlashQLA's verify alone in its own environment. Before: one copy call of .gpuwork/fq1
     # (mkdir -p /tmp/fqstash && cp .gpuwork/fq1/* /tmp/fqstash/: z3-solver, apache-tvm-ffi 0.1.12, torch-c-dlpack-ext,
     # flash-qla and tilelang's small pure dependencies); this stage carries .gpuwork/fq2 (tilelang 0.1.15).
-  deadline=${DEADLINE:-$(( $(date +%s) + 540 ))}
-  left() { local s=$(( deadline - $(date +%s) - $1 )); echo $(( s > 1 ? s : 1 )); }
-  mkdir -p /tmp/fqstash /tmp/hsite && cp .gpuwork/fq2/* /tmp/fqstash/ && ln -sfn "$here" /tmp/hsite/hybridserve
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/fqsite /tmp/fqstash/*.whl \
-    > "$OUT/pip.txt" 2>&1 || { tail -5 "$OUT/pip.txt"; exit 3; }
+  fq_install
+  mkdir -p /tmp/hsite && ln -sfn "$here" /tmp/hsite/hybridserve
   export PYTHONPATH=/tmp/fqsite:/tmp/hsite PYTHONUNBUFFERED=1 COLUMNS=200 TILELANG_CACHE_DIR=/tmp/tlcache
   { nvidia-smi -L; python3 -c "import flash_qla, tilelang, importlib.metadata as m; print({d: m.version(d) for d in ('flash-qla', 'tilelang', 'apache-tvm-ffi', 'torch', 'triton')})"; } 2>&1 | tee "$OUT/stage.log"
   say "verify flashqla ($(left 10) s left)"

@@ -31,13 +31,13 @@ def pattern(seed: int, tensor: int, start: int, num_bytes: int, device: Any = "c
 
     c = (seed * 1_000_003 + tensor + 1) * _SALT
     first, end = start // 8, (start + num_bytes) // 8
-    if end * _MULT + c >= _INT64_END:  # beyond int64 (tensors of tens of GB): multiply and add, which wrap
+    low, high = first * _MULT + c, end * _MULT + c
+    if high >= _INT64_END:  # beyond int64 (tensors of tens of GB): multiply and add, which wrap
         words = torch.arange(first, end, dtype=torch.int64, device=device).mul_(_MULT).add_(c).view(torch.uint8)
         return words if out is None else out.copy_(words)
     if out is None:
-        return torch.arange(first * _MULT + c, end * _MULT + c, _MULT, dtype=torch.int64, device=device).view(
-            torch.uint8)
-    torch.arange(first * _MULT + c, end * _MULT + c, _MULT, dtype=torch.int64, out=out.view(torch.int64))
+        return torch.arange(low, high, _MULT, dtype=torch.int64, device=device).view(torch.uint8)
+    torch.arange(low, high, _MULT, dtype=torch.int64, out=out.view(torch.int64))
     return out
 
 
