@@ -2,7 +2,7 @@
 
 Off unless `HYBRIDSERVE_FAULT` (one fault for the server's life: validate's `--fault` sets it) or
 `HYBRIDSERVE_FAULT_FILE` (a file naming the fault armed now, empty for none, read at every worker step) is set in a
-decode server's environment. With the file, all three patches are in place and each acts only while the file names
+decode server's environment. With the file, every patch is in place and each acts only while the file names
 its fault, so one running P/D deployment serves a clean run and then each fault, without a restart. Each kind
 patches vLLM's NixlConnector pull worker (`nixl/pull_worker.py`, the decode side) in the running server:
 
@@ -13,19 +13,26 @@ patches vLLM's NixlConnector pull worker (`nixl/pull_worker.py`, the decode side
   after the remote write has landed, wiping the received attention KV (GDN state blocks are left alone).
 - `stale_state` (race class b, vLLM PR #45357): blocks freed by a finished request are reused while a step is in
   flight, so the newly received GDN state is overwritten by a stale state (the previous request's).
+- `slow_decode` (a latency fault, not a race: `bench`'s test): every engine step of the decode worker sleeps
+  SLOW_DECODE_STEP_S. It sleeps in the per-step result poll (`get_transfer_results`, 0.26's `get_finished`), which
+  vLLM's model runner calls once per step, with or without transfers (kv_connector_model_runner_mixin); a step
+  makes one token per running request, so each inter-token gap grows by the sleep. Answers stay the same.
 """
 
 from __future__ import annotations
 
 import enum
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.common.fault_kind import FAULT_ENV, FAULT_FILE_ENV, FaultKind, parse_fault
+from hybridserve.core.common.fault_kind import (
+    FAULT_ENV, FAULT_FILE_ENV, SLOW_DECODE_STEP_S, FaultKind, parse_fault,
+)
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 from hybridserve.core.vllm_plugin.nixl_results import failed_recving, finished_recving, results_method
@@ -177,8 +184,20 @@ def _patch_after_transfer(worker_cls: Any, kind: FaultKind, armed: Armed) -> Non
     setattr(worker_cls, name, step_results)
 
 
+def _patch_slow_decode(worker_cls: Any, armed: Armed) -> None:
+    name = results_method(worker_cls)
+    results = getattr(worker_cls, name)
+
+    def step_results(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if armed() is FaultKind.SLOW_DECODE:
+            time.sleep(SLOW_DECODE_STEP_S)  # on the step's thread: the whole engine step waits
+        return results(self, *args, **kwargs)
+
+    setattr(worker_cls, name, step_results)
+
+
 def patch_worker_module(module: ModuleType, kind: FaultKind | None, armed: Armed | None = None) -> None:
-    """Arm `kind` for good; or, with `armed` (kind None), all three, each acting while `armed()` names it."""
+    """Arm `kind` for good; or, with `armed` (kind None), every kind, each acting while `armed()` names it."""
     worker_cls = module.NixlPullConnectorWorker
     if getattr(worker_cls, "_hybridserve_fault", None) is not None:
         return
@@ -187,6 +206,8 @@ def patch_worker_module(module: ModuleType, kind: FaultKind | None, armed: Armed
     for each in kinds:  # the early-completion wrapper posts late READs on every step, armed or not: it goes first
         if each is FaultKind.EARLY_COMPLETION:
             _patch_early_completion(worker_cls, armed)
+        elif each is FaultKind.SLOW_DECODE:
+            _patch_slow_decode(worker_cls, armed)
         else:
             _patch_after_transfer(worker_cls, each, armed)
     worker_cls._hybridserve_fault = kind.value if kind else "switch"
