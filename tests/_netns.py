@@ -97,8 +97,19 @@ def remove(net: Hosts) -> None:
     net.namespaces.clear()
 
 
+def remove_stale() -> None:
+    """Delete the namespaces an earlier run left when it was killed (its pid, in their names, is gone)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, timeout=30).stdout
+    for name in (line.split()[0] for line in listed.splitlines() if line.startswith("hs-")):
+        pid = name.split("-")[1]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+            with contextlib.suppress(OSError, RuntimeError):
+                _ip("netns", "del", name)
+
+
 @contextlib.contextmanager
 def hosts(addresses: dict[str, str]) -> Iterator[Hosts]:
+    remove_stale()
     net = Hosts(tag=f"{os.getpid()}", addresses=dict(addresses))
     try:
         _build(net)
