@@ -12,6 +12,7 @@ import typer
 from hybridserve.cli.console import err_console, out_console, print_json
 from hybridserve.cli.launch_render import launch_dict, render_dry_run
 from hybridserve.cli.options import JsonOpt
+from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.launch.plan import LaunchPlan, Role
@@ -20,7 +21,8 @@ from hybridserve.core.launch.topology import Device, EngineOptions
 
 
 def command(
-    role: Annotated[str, typer.Option(help="prefill, decode, proxy or all (all three on this machine).")],
+    role: Annotated[str, typer.Option(help="prefill, decode, proxy, single (one plain server) or all (all three "
+                                       "on this machine).")] = "all",
     model: Annotated[Optional[Path], typer.Option("--model", "-m", help="Model folder (config.json + weights); "
                                                   "default: the shipped tiny Qwen3.5.")] = None,
     topology: Annotated[Optional[Path], typer.Option(help="Topology YAML that every host reads.")] = None,
@@ -36,6 +38,7 @@ def command(
                                                               "choice: cpu_attn on CPU, flash_attn on CUDA).")] = None,
     num_speculative_tokens: Annotated[int, typer.Option(help="MTP speculative tokens (0: none).")] = 0,
     max_model_len: Annotated[int, typer.Option(min=1, help="vLLM --max-model-len.")] = 2048,
+    max_num_seqs: Annotated[int, typer.Option(min=1, help="vLLM --max-num-seqs.")] = 8,
     gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend.")] = None,
     tuned_profile: Annotated[Optional[Path], typer.Option(help="Tuned GDN prefill profile (hybridserve tune): "
                                                           "each prefill batch runs its bucket's winner.")] = None,
@@ -52,7 +55,12 @@ def command(
     timeout: Annotated[float, typer.Option(help="Seconds to wait for all roles to be healthy.")] = 300.0,
     dry_run: Annotated[bool, typer.Option("--dry-run", metavar="",
                                           help="Print command lines and environment only.")] = False,
+    vllm_arg: Annotated[Optional[list[str]], typer.Option(
+        help="vLLM flag or value for every engine, repeatable: --vllm-arg=--load-format --vllm-arg=dummy.")] = None,
     as_json: JsonOpt = False,
+    after_dashes: Annotated[Optional[list[str]], typer.Argument(
+        metavar="-- VLLM_ARGS", help="vLLM flags for every engine (not the ones launch sets).",
+        show_default=False)] = None,
 ) -> None:
     """Start vLLM prefill/decode servers with NixlConnector and the P/D proxy, after a preflight.
 
@@ -65,6 +73,8 @@ def command(
       hybridserve launch --topology t.yaml --role prefill --index 0
 
       hybridserve launch --role all --tuned-profile tuned-gdn-prefill.yaml   # per-batch GDN prefill routing
+
+      hybridserve launch --role all -m weightless/ -- --load-format dummy    # vLLM flags for every engine
     """
     engine = EngineOptions(
         block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
@@ -74,11 +84,12 @@ def command(
         attention_backend=AttentionBackend.parse(attention_backend) if attention_backend else None,
         num_speculative_tokens=num_speculative_tokens,
         gdn_prefill_backend=gdn_prefill_backend, is_plugin_fixes=plugin_fixes,
-        gpu_memory_utilization=gpu_memory_utilization, is_enforce_eager=enforce_eager)
+        gpu_memory_utilization=gpu_memory_utilization, is_enforce_eager=enforce_eager, max_num_seqs=max_num_seqs)
     request = LaunchRequest(role=Role.parse(role), model=model, topology_file=topology, index=index,
                             device=Device.parse(device), engine=engine, base_port=base_port,
                             num_cores=os.cpu_count() or 1, vllm_version=vllm_version, is_dry_run=dry_run,
-                            run_root=run_dir.resolve(), tuned_profile=tuned_profile)
+                            run_root=run_dir.resolve(), tuned_profile=tuned_profile,
+                            vllm_args=passed_vllm_args(vllm_arg, after_dashes))
     plan = prepare_launch(request)
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
@@ -90,6 +101,15 @@ def command(
         print_json(launch_dict(plan)) if as_json else render_dry_run(plan)
         return
     _run(plan, run_dir, timeout, as_json)
+
+
+def passed_vllm_args(options: list[str] | None, after_dashes: list[str] | None) -> tuple[str, ...]:
+    """--vllm-arg values, then what follows `--`; a stray word where no `--` came first is refused."""
+    trailing = tuple(after_dashes or ())
+    if trailing and not trailing[0].startswith("-"):
+        raise InputError(f"{trailing[0]}: unexpected argument; accepted: vLLM flags after --, e.g. "
+                         "hybridserve launch --role all -- --load-format dummy")
+    return tuple(options or ()) + trailing
 
 
 def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from hybridserve.core.launch.bind_env import listener_env
 from hybridserve.core.launch.instance_cache import InstanceCache
+from hybridserve.core.launch.passthrough import check_passthrough
 from hybridserve.core.layout.settings import CacheSettings
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
 from hybridserve.core.vllm_plugin import settings as plugin_settings
@@ -33,48 +35,85 @@ def kv_transfer_config(role: str, topology: Topology) -> dict[str, object]:
     }
 
 
-def cache_flags(settings: CacheSettings) -> list[str]:
+@dataclass(frozen=True)
+class EngineFlag:
+    """One vLLM flag launch decides for an engine: what it writes (empty: launch leaves vLLM's default, on purpose)
+    and the launch option or topology key that sets it. The same list writes the command line and names what
+    `--vllm-arg` may not override (passthrough.py), so the two cannot drift."""
+
+    name: str  # the flag as vLLM's parser knows it, positive form ("--enable-prefix-caching")
+    argv: tuple[str, ...]
+    set_by: str  # how the operator sets it instead, or why it is fixed
+    aliases: tuple[str, ...] = ()  # vLLM's short forms (engine/arg_utils.py: "-tp", "-sc")
+
+
+def cache_flags(settings: CacheSettings) -> tuple[EngineFlag, ...]:
     """The layout-deciding flags, from the same CacheSettings the layout was computed from."""
-    flags = ["--block-size", str(settings.block_size)]
-    for flag, value in (("--mamba-ssm-cache-dtype", settings.mamba_ssm_cache_dtype),
-                        ("--mamba-cache-dtype", settings.mamba_cache_dtype),
-                        ("--kv-cache-dtype", settings.kv_cache_dtype)):
-        if value is not None:
-            flags += [flag, value.value]
+    def dtype_flag(flag: str, value) -> EngineFlag:  # noqa: ANN001 (DType | None)
+        return EngineFlag(flag, (flag, value.value) if value is not None else (), f"set it with {flag}")
+
+    spec = ()
     if settings.num_speculative_tokens:
-        spec = {"method": "mtp", "num_speculative_tokens": settings.num_speculative_tokens}
-        flags += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
-    return flags
+        config = {"method": "mtp", "num_speculative_tokens": settings.num_speculative_tokens}
+        spec = ("--speculative-config", json.dumps(config, separators=(",", ":")))
+    return (EngineFlag("--block-size", ("--block-size", str(settings.block_size)), "set it with --block-size"),
+            dtype_flag("--mamba-ssm-cache-dtype", settings.mamba_ssm_cache_dtype),
+            dtype_flag("--mamba-cache-dtype", settings.mamba_cache_dtype),
+            dtype_flag("--kv-cache-dtype", settings.kv_cache_dtype),
+            EngineFlag("--speculative-config", spec, "set it with --num-speculative-tokens", aliases=("-sc",)))
+
+
+def engine_flags(role: str, topology: Topology, instance: EngineInstance,
+                 cache: InstanceCache) -> tuple[EngineFlag, ...]:
+    """Every flag launch decides for this engine, in command-line order."""
+    engine = topology.engine
+    kv = (("--kv-transfer-config", json.dumps(kv_transfer_config(role, topology), separators=(",", ":")))
+          if role in KV_ROLES else ())  # a single server ("single") runs without a KV connector
+    # torch.compile warm-up costs ~40 s on CPU for no gain on tiny models
+    eager = topology.device is Device.CPU or engine.is_enforce_eager
+    backend = engine.attention_backend  # None: vLLM picks, as cache_settings assumes
+    gdn = engine.gdn_prefill_backend
+    return (
+        EngineFlag("--model", ("--model", str(topology.model)), "set it with --model, or topology: model"),
+        EngineFlag("--served-model-name", ("--served-model-name", topology.model_name),
+                   "the model folder's name, or topology: served_model_name"),
+        EngineFlag("--host", ("--host", instance.host), "set it with topology: host"),
+        EngineFlag("--port", ("--port", str(instance.port)), "set it with --base-port, or topology: port"),
+        EngineFlag("--dtype", ("--dtype", engine.dtype.value), "set it with topology: engine.dtype"),
+        EngineFlag("--tensor-parallel-size", ("--tensor-parallel-size", str(instance.tp)),
+                   "set it with topology: tp", aliases=("-tp",)),
+        *cache_flags(cache.settings),
+        EngineFlag("--disable-hybrid-kv-cache-manager", ("--no-disable-hybrid-kv-cache-manager",),
+                   "always on: GDN state moves only with the hybrid KV cache manager"),
+        EngineFlag("--enable-prefix-caching", ("--no-enable-prefix-caching",),
+                   "always off: SSM prefix caching in P/D is still partial upstream"),
+        EngineFlag("--async-scheduling",
+                   ("--async-scheduling" if engine.is_async_scheduling else "--no-async-scheduling",),
+                   "set it with --async-scheduling / --no-async-scheduling"),
+        EngineFlag("--max-model-len", ("--max-model-len", str(engine.max_model_len)), "set it with --max-model-len"),
+        EngineFlag("--max-num-seqs", ("--max-num-seqs", str(engine.max_num_seqs)), "set it with --max-num-seqs"),
+        EngineFlag("--seed", ("--seed", str(engine.seed)), "set it with topology: engine.seed"),
+        EngineFlag("--kv-transfer-config", kv,
+                   "from --role: NixlConnector's config on prefill and decode, none on single"),
+        EngineFlag("--enforce-eager", ("--enforce-eager",) if eager else (),
+                   "set it with --enforce-eager; always on on CPU"),
+        EngineFlag("--attention-backend", ("--attention-backend", backend.vllm_name) if backend else (),
+                   "set it with --attention-backend"),
+        EngineFlag("--gdn-prefill-backend", ("--gdn-prefill-backend", gdn) if gdn else (),
+                   "set it with --gdn-prefill-backend or --tuned-profile"),
+    )
 
 
 def engine_argv(python: str, role: str, topology: Topology, instance: EngineInstance,
-                cache: InstanceCache, *, more: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """`more` (placement and vLLM-version flags) goes before the instance's own extra_args, which come last."""
-    engine = topology.engine
-    argv = [
-        python, "-m", API_SERVER_MODULE,
-        "--model", str(topology.model),
-        "--served-model-name", topology.model_name,
-        "--host", instance.host, "--port", str(instance.port),
-        "--dtype", engine.dtype.value,
-        "--tensor-parallel-size", str(instance.tp),
-        *cache_flags(cache.settings),
-        "--no-disable-hybrid-kv-cache-manager",
-        "--no-enable-prefix-caching",  # SSM prefix caching in P/D is still partial upstream
-        "--async-scheduling" if engine.is_async_scheduling else "--no-async-scheduling",
-        "--max-model-len", str(engine.max_model_len),
-        "--max-num-seqs", str(engine.max_num_seqs),
-        "--seed", str(engine.seed),
-    ]
-    if role in KV_ROLES:  # a single server ("single") runs without a KV connector
-        argv += ["--kv-transfer-config", json.dumps(kv_transfer_config(role, topology), separators=(",", ":"))]
-    if topology.device is Device.CPU or engine.is_enforce_eager:
-        argv.append("--enforce-eager")  # torch.compile warm-up costs ~40 s on CPU for no gain on tiny models
-    if engine.attention_backend is not None:  # else vLLM picks, as cache_settings assumes
-        argv += ["--attention-backend", engine.attention_backend.vllm_name]
-    if engine.gdn_prefill_backend:
-        argv += ["--gdn-prefill-backend", engine.gdn_prefill_backend]
-    return tuple(argv) + tuple(more) + instance.extra_args
+                cache: InstanceCache, *, more: tuple[EngineFlag, ...] = ()) -> tuple[str, ...]:
+    """Launch's flags, then `more` (placement and vLLM-version flags), then the passthrough flags: the engine-wide
+    `vllm_args` (--vllm-arg, after `--`), then the instance's own extra_args, which come last. A passthrough flag
+    that launch sets (any EngineFlag of this engine) is refused (passthrough.py)."""
+    owned = engine_flags(role, topology, instance, cache) + tuple(more)
+    check_passthrough(topology.engine.vllm_args, owned, what="vLLM flag")
+    check_passthrough(instance.extra_args, owned, what=f"{role} extra_args")
+    return ((python, "-m", API_SERVER_MODULE) + tuple(a for flag in owned for a in flag.argv)
+            + topology.engine.vllm_args + instance.extra_args)
 
 
 def omp_threads_bind(cores: tuple[int, ...], tp: int) -> str:

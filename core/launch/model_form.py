@@ -25,6 +25,8 @@ TEXT_MODEL_TYPE = "qwen3_5_text"
 WRAPPED_ARCHITECTURE = "Qwen3_5ForConditionalGeneration"
 _TEXT_PREFIX, _WRAPPED_PREFIX = "model.", "model.language_model."
 _CONFIG_ONLY_KEYS = ("architectures", "transformers_version", "auto_map")
+# vLLM's DefaultModelLoader._prepare_weights: the safetensors, then the PyTorch patterns it tries
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
 
 
 def needs_wrapper(model_dir: Path) -> bool:
@@ -34,6 +36,11 @@ def needs_wrapper(model_dir: Path) -> bool:
     except (OSError, ValueError):
         return False
     return config.get("model_type") == TEXT_MODEL_TYPE
+
+
+def has_weights(model_dir: Path) -> bool:
+    """Whether the folder holds weight files (vLLM's DefaultModelLoader looks for these patterns)."""
+    return any(next(model_dir.glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS)
 
 
 def wrapped_dir(model_dir: Path, cache_root: Path | None = None) -> Path:
@@ -79,9 +86,12 @@ def ensure_wrapped(model_dir: Path, target: Path) -> Path:
     """Write the wrapped form of `model_dir` at `target` unless it is there; complete or absent, never half."""
     if (target / "config.json").is_file():
         return target
+    # No weights (config and tokenizer only) is a folder served with `--load-format dummy`: vLLM's DummyModelLoader
+    # reads no file, so the wrapped form is its config and the rest of the folder
     weights = sorted(model_dir.glob("*.safetensors"))
-    if not weights:
-        raise InputError(f"--model {model_dir}: accepted: a folder with config.json and *.safetensors weights")
+    if not weights and has_weights(model_dir):
+        raise InputError(f"--model {model_dir}: accepted for vLLM 0.26's wrapped form: *.safetensors weights, or "
+                         f"none (--load-format dummy); this folder has weights in another format")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     try:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from hybridserve.core.common import ucx
 from hybridserve.core.launch import model_form
+from hybridserve.core.launch.engine_command import EngineFlag
 from hybridserve.core.launch.gpus import memory_shares
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
 from hybridserve.core.launch.vllm_version import VllmFeatures, check_gdn_backend
@@ -22,7 +23,7 @@ class EnginePlacement:
     topology: Topology  # what the engine's command line is written from (the model folder vLLM loads)
     gpus: tuple[int, ...] | None = None
     gpu_memory_utilization: float | None = None
-    extra_argv: tuple[str, ...] = ()
+    extra_flags: tuple[EngineFlag, ...] = ()  # after launch's own flags; --vllm-arg may not override them either
     extra_env: tuple[tuple[str, str], ...] = ()
 
 
@@ -42,14 +43,21 @@ def placements(topology: Topology, engines: list[tuple[str, str, EngineInstance]
                vllm: VllmFeatures) -> dict[str, EnginePlacement]:
     check_gdn_backend(vllm, topology.engine.gdn_prefill_backend)
     served = served_topology(topology, vllm)
-    model_argv = ("--language-model-only",) if served is not topology else ()
+    model_flags = (EngineFlag("--language-model-only", ("--language-model-only",),
+                              "always on vLLM 0.26 for a text-only Qwen3.5, served in its wrapped form"),
+                   ) if served is not topology else ()
     if topology.device is not Device.CUDA:
-        return {name: EnginePlacement(topology=served, extra_argv=model_argv) for name, _, _ in engines}
+        return {name: EnginePlacement(topology=served, extra_flags=model_flags) for name, _, _ in engines}
     where = [(name, engine_gpus(inst)) for name, _, inst in engines]
     fixed = {name: inst.gpu_memory_utilization for name, _, inst in engines if inst.gpu_memory_utilization}
     shares = memory_shares(where, total=topology.engine.gpu_memory_utilization, fixed=fixed)
     env = tuple(sorted(ucx.cuda_ipc_env().items()))
     return {name: EnginePlacement(topology=served, gpus=gpus, gpu_memory_utilization=shares[name],
-                                  extra_argv=model_argv + ("--gpu-memory-utilization", str(shares[name])),
+                                  extra_flags=model_flags + (_memory_flag(shares[name]),),
                                   extra_env=env)
             for name, gpus in where}
+
+
+def _memory_flag(share: float) -> EngineFlag:
+    return EngineFlag("--gpu-memory-utilization", ("--gpu-memory-utilization", str(share)),
+                      "set it with --gpu-memory-utilization, or topology: gpu_memory_utilization")

@@ -98,7 +98,7 @@ def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None
 
 def _engine_command(python: str, name: str, kind: str, topology: Topology, inst: EngineInstance,
                     cache: InstanceCache, place: EnginePlacement) -> RoleCommand:
-    argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_argv)
+    argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_flags)
     return RoleCommand(name=name, role=Role(kind), argv=argv, env=engine_env(topology, inst, place.extra_env),
                        host=inst.host, port=inst.port, side_channel_port=inst.side_channel_port, cache=cache,
                        gpus=place.gpus, gpu_memory_utilization=place.gpu_memory_utilization)

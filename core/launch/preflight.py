@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hybridserve.core.common.errors import InputError, MissingExtraError
+from hybridserve.core.launch import model_form
+from hybridserve.core.launch.passthrough import passed_value
 from hybridserve.core.launch.plan import LaunchPlan, Role, RoleCommand
 from hybridserve.core.launch.engine_command import CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT
 from hybridserve.core.launch.stale_run import port_in_use_error
@@ -29,6 +31,7 @@ def preflight(plan: LaunchPlan, *, is_module_available: Callable[[str], bool] | 
     `run_root`: where earlier runs' folders are, so a port held by one of them is named with how to stop it."""
     check_pairs(plan)
     check_conv_layout(plan)
+    check_weights(plan)
     check_extras(plan, is_module_available or _is_module_available)
     check_ports(plan, is_port_free or is_tcp_port_free, run_root=run_root)
 
@@ -57,6 +60,18 @@ def check_conv_layout(plan: LaunchPlan) -> None:
             if layout != REQUIRED_CONV_LAYOUT:
                 raise InputError(f"{kind}-{i}: {CONV_LAYOUT_ENV}={layout}; accepted: {REQUIRED_CONV_LAYOUT} "
                                  f"(NIXL moves GDN conv state only in the dim-first layout, on both sides)")
+
+
+def check_weights(plan: LaunchPlan) -> None:
+    """A folder without weight files (config and tokenizer only) is served with random weights, when asked."""
+    topology = plan.topology
+    if not any(c.role.is_engine for c in plan.commands) or model_form.has_weights(topology.model):
+        return
+    for inst in topology.prefill + topology.decode:
+        if passed_value(topology.engine.vllm_args + inst.extra_args, "--load-format") != "dummy":
+            raise InputError(f"--model {topology.model}: no weight files ({', '.join(model_form.WEIGHT_PATTERNS)}); "
+                             "accepted: a folder with weights, or random ones: --vllm-arg=--load-format "
+                             "--vllm-arg=dummy")
 
 
 def check_extras(plan: LaunchPlan, is_available: Callable[[str], bool]) -> None:

@@ -29,11 +29,15 @@ class LaunchRequest:
     is_dry_run: bool = False
     run_root: Path | None = None  # where earlier runs' folders are: a port one of them holds is named
     tuned_profile: Path | None = None  # a `hybridserve tune` profile: per-batch GDN prefill routing (tuned.py)
+    vllm_args: tuple[str, ...] = ()  # vLLM flags for every engine, after the topology's engine.vllm_args
 
 
 def prepare_launch(request: LaunchRequest) -> LaunchPlan:
     """Build the plan; unless it is a dry run, preflight it against this machine (ports, extras)."""
     topology = _topology(request)
+    if request.vllm_args:
+        topology = replace(topology, engine=replace(topology.engine,
+                                                    vllm_args=topology.engine.vllm_args + request.vllm_args))
     if request.tuned_profile is not None:
         header = read_header(request.tuned_profile)
         if not request.is_dry_run:

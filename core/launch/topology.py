@@ -62,6 +62,7 @@ class EngineOptions:
     seed: int = 0
     gpu_memory_utilization: float = 0.9  # CUDA: the part of each GPU split among the roles on it (gpus.py)
     is_enforce_eager: bool = False  # --enforce-eager on CUDA too (always on CPU): no torch.compile, no graphs
+    vllm_args: tuple[str, ...] = ()  # passed to every engine after launch's flags (--vllm-arg; passthrough.py)
 
 
 @dataclass(frozen=True, kw_only=True)

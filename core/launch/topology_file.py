@@ -10,6 +10,7 @@
     proxy: {host: 127.0.0.1, port: 8000, policy: round_robin}
 
 An instance may also set block_size, mamba_ssm_cache_dtype, mamba_cache_dtype, env (a mapping) and extra_args.
+`engine: {vllm_args: [--load-format, dummy]}` passes vLLM flags to every engine (not the ones launch sets).
 With `device: cuda`, `devices` are GPU ids, and an instance may fix its `gpu_memory_utilization`; the engine's
 `gpu_memory_utilization` is then what the roles on one GPU split (gpus.py), and `enforce_eager: true` skips
 torch.compile and CUDA graphs.
@@ -70,6 +71,7 @@ def _engine(raw: dict[str, Any], where: str) -> EngineOptions:
         values["kv_cache_dtype"] = parse_optional(values["kv_cache_dtype"], what=f"{where}: kv_cache_dtype")
     if values.get("attention_backend") is not None:
         values["attention_backend"] = AttentionBackend.parse(str(values["attention_backend"]))
+    values["vllm_args"] = tuple(str(a) for a in values.get("vllm_args") or ())  # passed to every engine
     return EngineOptions(**values)
 
 
