@@ -94,9 +94,10 @@ def command(
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
     if tuned_profile is not None:
-        from hybridserve.core.launch.tuned import flag_note
+        from hybridserve.core.launch.tuned import flag_note, read_header
 
-        err_console.print(flag_note(plan.topology.device), highlight=False)
+        err_console.print(flag_note(plan.topology, read_header(tuned_profile)), highlight=False, markup=False,
+                          soft_wrap=True)
     if dry_run:
         print_json(launch_dict(plan)) if as_json else render_dry_run(plan)
         return

