@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from hybridserve.cli import launch, plan, transfer, tune, validate, verify
+from hybridserve.cli import bench, launch, plan, transfer, tune, validate, verify
 from hybridserve.cli.guard import guarded
 from hybridserve.cli.help import HelpCommand, HelpGroup
 
@@ -31,6 +31,7 @@ app.command("verify", cls=HelpCommand, context_settings=_MANY)(guarded(verify.co
 app.command("tune", cls=HelpCommand, context_settings=_MANY)(guarded(tune.command))
 app.command("launch", cls=HelpCommand)(guarded(launch.command))
 app.command("validate", cls=HelpCommand)(guarded(validate.command))
+app.command("bench", cls=HelpCommand)(guarded(bench.command))
 app.add_typer(transfer.app, name="transfer")
 
 

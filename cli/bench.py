@@ -1,0 +1,150 @@
+"""`hybridserve bench`: served TTFT, ITL and throughput of a P/D deployment beside one server, with decode's NIXL
+stats and plan's prediction."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from hybridserve.cli.console import err_console, out_console, print_json
+from hybridserve.cli.options import JsonOpt
+
+_TARGET = "URL of an OpenAI-compatible server, or a configuration bench starts: single-sync, single-async, pd-async, pd-sync"
+
+
+def command(
+    deployment: Annotated[str, typer.Option(help=f"{_TARGET}.")] = "pd-sync",
+    baseline: Annotated[str, typer.Option(help=f"{_TARGET}; 'none' for no baseline.")] = "single-sync",
+    control: Annotated[Optional[str], typer.Option(help="A/A control: a second baseline (the same configuration "
+                                                   "started again, or another URL).")] = None,
+    metrics: Annotated[Optional[list[str]], typer.Option(help="Decode server URL whose /metrics has the NIXL "
+                                                         "stats (repeatable; default: the proxy's decode "
+                                                         "servers).")] = None,
+    input_len: Annotated[list[str], typer.Option(help="Prompt tokens: N or MIN:MAX (uniform); repeat for one "
+                                                 "phase per length.")] = ["1024"],
+    output_len: Annotated[str, typer.Option(help="Output tokens: N or MIN:MAX (exact: ignore_eos).")] = "32",
+    num_requests: Annotated[int, typer.Option(help="Requests per phase.")] = 8,
+    concurrency: Annotated[Optional[int], typer.Option(help="Requests in flight (default 1: idle, one at a "
+                                                       "time; with --request-rate: no cap).")] = None,
+    request_rate: Annotated[Optional[float], typer.Option(help="Requests per second, Poisson arrivals "
+                                                          "(seeded).")] = None,
+    probes: Annotated[int, typer.Option(help="Probe requests sent one after another under the load; their "
+                                        "TTFT is reported apart.")] = 0,
+    probe_len: Annotated[int, typer.Option(help="Prompt tokens of each probe.")] = 32768,
+    probe_output_len: Annotated[int, typer.Option(help="Output tokens of each probe.")] = 16,
+    probe_after: Annotated[Optional[int], typer.Option(help="Send the probes once this many requests have "
+                                                       "finished (default: a third of --num-requests).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of lengths and arrival times.")] = 0,
+    prompt_seed: Annotated[Optional[int], typer.Option(help="Seed of the prompt ids (default: new each run, so "
+                                                       "no server's prefix cache holds them).")] = None,
+    model: Annotated[Optional[Path], typer.Option(help="Model folder: started configurations serve it; its "
+                                                  "config gives the vocabulary and the prediction (default for "
+                                                  "URLs: the folder the server loaded).")] = None,
+    served_model: Annotated[Optional[str], typer.Option(help="Model name to ask URL endpoints for.")] = None,
+    vocab_size: Annotated[Optional[int], typer.Option(help="Draw prompt ids below this (default: the config's "
+                                                      "vocab_size).")] = None,
+    fault: Annotated[Optional[str], typer.Option(help="Arm a fault in a started deployment's decode server "
+                                                 "(tests): slow_decode, ...")] = None,
+    device: Annotated[str, typer.Option(help="Where started configurations run: cpu or cuda (as launch).")] = "cpu",
+    max_model_len: Annotated[Optional[int], typer.Option(help="vLLM --max-model-len of started servers.")] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option(help="vLLM --max-num-seqs of started servers.")] = None,
+    gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend of started "
+                                                               "servers.")] = None,
+    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="CUDA: started servers skip "
+                                                "torch.compile and CUDA graphs.")] = False,
+    base_port: Annotated[int, typer.Option(help="Ports of started configurations (proxy; P +100, D +200).")] = 8000,
+    run_dir: Annotated[Path, typer.Option(help="Folder for the started servers' logs.")] = Path("runs"),
+    timeout: Annotated[float, typer.Option(help="Seconds per request, and to wait for started servers.")] = 600.0,
+    png: Annotated[Optional[Path], typer.Option(help="Write TTFT and ITL percentiles per target to this PNG.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Drive a P/D deployment and a baseline with the same requests, one target at a time, and compare them.
+
+    Prompts are random token ids (no tokenizer needed); every output is exactly --output-len tokens. Per phase:
+    TTFT, ITL and end-to-end p50/p90/p99, request and output-token throughput; for P/D, decode's NIXL transfers,
+    descriptors, post and transfer time and bytes per transfer (its /metrics before and after the phase) beside
+    plan's prediction. Exit 0, or 2 when it could not run.
+
+    Examples:
+
+      hybridserve bench --input-len 1024 --input-len 8192 --num-requests 10      # idle sweep, started servers
+
+      hybridserve bench --deployment http://127.0.0.1:8000 --baseline http://127.0.0.1:8300 --model /tmp/m60 \\
+          --device cuda --input-len 500:12000 --num-requests 48 --concurrency 16 --probes 3 --probe-after 16
+
+      hybridserve bench --baseline single-sync --control single-sync --json > bench.json     # with an A/A control
+    """
+    from hybridserve.core.bench.lengths import parse_length
+    from hybridserve.core.bench.load import make_load
+    from hybridserve.core.bench.phase import PhaseSpec, ProbeSpec
+    from hybridserve.core.bench.run import BenchRequest
+    from hybridserve.core.common.fault_kind import parse_fault
+    from hybridserve.core.common.output_path import check_output_path
+    from hybridserve.core.launch.topology import Device, EngineOptions
+
+    if png is not None:
+        check_output_path(png, "--png")
+    load, out = make_load(concurrency, request_rate), parse_length(output_len, flag="--output-len")
+    probe = None if probes == 0 else ProbeSpec(
+        num_probes=probes, input_tokens=probe_len, output_tokens=probe_output_len,
+        after_requests=num_requests // 3 if probe_after is None else probe_after)
+    phases = tuple(PhaseSpec(load=load, num_requests=num_requests, input_len=parse_length(text, flag="--input-len"),
+                             output_len=out, probe=probe) for text in input_len)
+    engine = EngineOptions(gdn_prefill_backend=gdn_prefill_backend, is_enforce_eager=enforce_eager,
+                           **({"max_model_len": max_model_len} if max_model_len else {}),
+                           **({"max_num_seqs": max_num_seqs} if max_num_seqs else {}))
+    request = BenchRequest(
+        targets=_targets(deployment, baseline, control, metrics, parse_fault(fault)), phases=phases, seed=seed,
+        prompt_seed=prompt_seed, model=model, served_model=served_model, vocab_size=vocab_size, base_port=base_port,
+        run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout, request_timeout_s=timeout,
+        device=Device.parse(device).value, engine=engine)
+    report = _run_with_progress(request)
+    from hybridserve.cli.bench_render import render, report_dict
+
+    if png is not None:
+        from hybridserve.core.bench.figure import write_png
+        write_png(report, png)
+    print_json(report_dict(report)) if as_json else render(out_console, report)
+
+
+def _targets(deployment: str, baseline: str, control: str | None, metrics: list[str] | None, fault):  # noqa: ANN001, ANN202
+    from hybridserve.core.bench.run import BenchTarget
+    from hybridserve.core.common.errors import InputError
+    from hybridserve.core.validate import parse_target
+
+    for url in metrics or ():
+        if not url.startswith(("http://", "https://")):
+            raise InputError(f"--metrics {url}: accepted: an http(s):// URL of a decode server")
+    out = [BenchTarget(role="deployment", target=parse_target(deployment, what="deployment", fault=fault),
+                       metrics_urls=tuple(u.rstrip("/") for u in metrics or ()))]
+    if baseline.strip().lower() != "none":
+        out.append(BenchTarget(role="baseline", target=parse_target(baseline, what="baseline")))
+    if control is not None:
+        out.append(BenchTarget(role="control", target=parse_target(control, what="control")))
+    return tuple(out)
+
+
+def _run_with_progress(request):  # noqa: ANN001, ANN202
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from hybridserve.core.bench.run import bench
+    from hybridserve.core.common.errors import CouldNotRunError
+    from hybridserve.core.launch.supervisor import Stop, stop_on_signals
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=True) as progress:
+        tasks: dict[str, int] = {}
+
+        def on_progress(what: str, done: int, total: int) -> None:
+            if what not in tasks:
+                tasks[what] = progress.add_task(what, total=total)
+            progress.update(tasks[what], completed=done)
+
+        try:
+            with stop_on_signals():  # SIGTERM/SIGHUP unwind like Ctrl-C: started servers are stopped
+                return bench(request, on_progress)
+        except Stop as stop:
+            raise CouldNotRunError(f"stopped by {stop} before the results") from None

@@ -1,0 +1,136 @@
+"""Rendering of a bench report: one rich table per phase (targets side by side, ratios, plan), a dict for --json."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from hybridserve.core.bench.client_stats import ClientSummary
+from hybridserve.core.bench.prediction import Prediction
+from hybridserve.core.bench.run import BenchReport, PhaseResult
+from hybridserve.core.bench.server_metrics import NixlStats
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:,.1f}"
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.2f}x"
+
+
+def _client_rows(summary: ClientSummary, prefix: str = "") -> list[tuple[str, float | None, str]]:
+    rows = [(f"{prefix}TTFT {p} ms", getattr(summary.ttft_s, p), "ms") for p in ("p50", "p90", "p99")]
+    if not prefix:
+        rows += [(f"ITL {p} ms", getattr(summary.itl_s, p), "ms") for p in ("p50", "p90", "p99")]
+    rows += [(f"{prefix}E2E {p} ms", getattr(summary.e2e_s, p), "ms") for p in ("p50", "p90", "p99")]
+    if not prefix:
+        rows += [("requests/s", summary.request_throughput, "n"), ("output tokens/s", summary.output_throughput, "n"),
+                 ("wall s", summary.wall_s, "n")]
+    return rows
+
+
+def _nixl_rows(stats: NixlStats | None, num_ok: int, plan: Prediction | None) -> list[tuple[str, str, str]]:
+    if stats is None:
+        return []
+    per_request = stats.num_transfers / num_ok if num_ok else None
+    rows = [("NIXL transfers (per request)", f"{stats.num_transfers} ({_num(per_request)})",
+             "-" if plan is None else f"{plan.num_reads}"),
+            ("descriptors / transfer", _num(stats.mean_descriptors, 1),
+             "-" if plan is None else f"{plan.descriptors:,.1f}" + ("" if plan.is_served_count else " (ids)")),
+            ("post ms / transfer", _ms(stats.mean_post_s), ""),
+            ("transfer ms mean / p50 (buckets)", f"{_ms(stats.mean_xfer_s)} / {_ms(stats.p50_xfer_s)}", ""),
+            ("MB / transfer", _num(None if stats.mean_bytes is None else stats.mean_bytes / 1e6, 3),
+             "-" if plan is None else f"{plan.bytes / 1e6:,.3f}"),
+            ("failed transfers / KV expired", f"{stats.num_failed_transfers} / {stats.num_kv_expired}", "")]
+    if plan is not None and plan.unmerged_descriptors is not None:
+        rows.insert(2, ("descriptor ids (unmerged) / fragmented bound", "",
+                        f"{plan.unmerged_descriptors:,.0f} / {_num(plan.fragmented_descriptors, 0)}"))
+    return rows
+
+
+def render(console: Console, report: BenchReport) -> None:
+    head = Table(title=f"bench: {report.model}, prompt ids below {report.vocabulary.size:,} (seed {report.seed}, "
+                       f"prompt seed {report.prompt_seed})")
+    for name in ("role", "target", "url", "metrics from", "time s"):
+        head.add_column(name, justify="right" if name == "time s" else "left")
+    for t in report.targets:
+        head.add_row(t.role, t.label, t.url, ", ".join(t.metrics_urls), f"{t.elapsed_s:.1f}")
+    console.print(head)
+    for i, work in enumerate(report.phases):
+        console.print(_phase_table(report, i, work.spec.name))
+
+
+def _phase_table(report: BenchReport, index: int, name: str) -> Table:
+    targets = report.targets
+    phases = [t.phases[index] for t in targets]
+    roles = [t.role for t in targets]
+    table = Table(title=f"phase {index + 1}: {name}, {report.phases[index].spec.num_requests} requests, mean "
+                        f"prompt {report.phases[index].mean_input_tokens:,.0f} tokens")
+    table.add_column("measure")
+    for role in roles:
+        table.add_column(role, justify="right")
+    pairs = [(a, "baseline") for a in ("deployment", "control") if a in roles and "baseline" in roles]
+    for a, b in pairs:
+        table.add_column(f"{a} / {b}", justify="right")
+    table.add_column("plan", justify="right")
+    table.add_row("requests ok / sent", *[f"{p.client.num_ok} / {p.client.num_sent}" for p in phases],
+                  *["" for _ in pairs], "")
+    _add_client(table, phases, roles, pairs, lambda p: p.client, "")
+    if any(p.probes for p in phases):
+        table.add_row("probes ok / sent", *[f"{p.probes.num_ok} / {p.probes.num_sent}" if p.probes else "-"
+                                             for p in phases], *["" for _ in pairs], "")
+        _add_client(table, phases, roles, pairs, lambda p: p.probes, "probe ")
+    for role, phase in zip(roles, phases):
+        plan = report.predictions[index]
+        for label, value, planned in _nixl_rows(phase.nixl, phase.client.num_ok, plan):
+            table.add_row(f"{role}: {label}", *[value if r == role else "" for r in roles],
+                          *["" for _ in pairs], planned)
+    return table
+
+
+def _add_client(table: Table, phases: list[PhaseResult], roles: list[str], pairs: list, pick, prefix: str) -> None:  # noqa: ANN001
+    template = next(pick(p) for p in phases if pick(p) is not None)
+    for i, (label, _, unit) in enumerate(_client_rows(template, prefix)):
+        values = [(_client_rows(pick(p), prefix)[i][1] if pick(p) else None) for p in phases]
+        cells = [_ms(v) if unit == "ms" else _num(v) for v in values]
+        ratios = [_ratio(values[roles.index(a)], values[roles.index(b)]) for a, b in pairs]
+        table.add_row(label, *cells, *ratios, "")
+
+
+def report_dict(report: BenchReport) -> dict[str, Any]:
+    """The whole report, records included (times in seconds)."""
+    return {
+        "model": report.model, "vocab_size": report.vocabulary.size, "vocab_source": report.vocabulary.source,
+        "seed": report.seed, "prompt_seed": report.prompt_seed, "elapsed_s": report.elapsed_s,
+        "phases": [{"name": w.spec.name, "load": asdict(w.spec.load), "num_requests": w.spec.num_requests,
+                    "input_len": str(w.spec.input_len), "output_len": str(w.spec.output_len),
+                    "probe": asdict(w.spec.probe) if w.spec.probe else None, "input_lens": list(w.input_lens),
+                    "output_lens": list(w.output_lens), "offsets_s": list(w.offsets_s),
+                    "prediction": asdict(p) if p else None, "probe_prediction": asdict(q) if q else None}
+                   for w, p, q in zip(report.phases, report.predictions, report.probe_predictions)],
+        "targets": [{"role": t.role, "label": t.label, "url": t.url, "metrics_urls": list(t.metrics_urls),
+                     "run_dir": str(t.run_dir) if t.run_dir else None, "elapsed_s": t.elapsed_s,
+                     "phases": [_phase_dict(p) for p in t.phases]} for t in report.targets],
+    }
+
+
+def _summary_dict(summary: ClientSummary | None) -> dict[str, Any] | None:
+    if summary is None:
+        return None
+    out = asdict(summary)
+    out.update(request_throughput=summary.request_throughput, output_throughput=summary.output_throughput)
+    return out
+
+
+def _phase_dict(phase: PhaseResult) -> dict[str, Any]:
+    return {"client": _summary_dict(phase.client), "probes": _summary_dict(phase.probes),
+            "nixl": asdict(phase.nixl) if phase.nixl else None,
+            "records": [asdict(r) for r in phase.records]}

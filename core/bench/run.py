@@ -1,0 +1,190 @@
+"""`bench`: the same phases against a P/D deployment, a baseline and an optional A/A control, one target at a time.
+
+Targets are validate's (core/validate/deployments.py): a URL that already serves, or a configuration started here
+and stopped after its phases, so two started targets never share the machine. Every target gets the same drawn
+lengths, arrival times and prompts. Around each phase the decode servers' /metrics are scraped (for a P/D target:
+the ones its proxy lists, unless given), and their difference is that phase's NIXL stats.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hybridserve.core.bench.client_stats import ClientSummary, summarize
+from hybridserve.core.bench.driver import run_phase
+from hybridserve.core.bench.phase import PhaseSpec, PhaseWork, check_phase, draw_work
+from hybridserve.core.bench.prediction import Prediction
+from hybridserve.core.bench.prompts import make_prompts
+from hybridserve.core.bench.scrape import decode_urls_behind, scrape, settled_scrape
+from hybridserve.core.bench.served import ServedModel, served_model
+from hybridserve.core.bench.server_metrics import XFER_TIME, NixlStats, delta, nixl_stats
+from hybridserve.core.bench.stream import RequestRecord
+from hybridserve.core.bench.vocab import Vocabulary, find_vocabulary
+from hybridserve.core.validate.deployments import Target, deployed
+
+ProgressCallback = Callable[[str, int, int], None]  # (what runs now, done, total)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchTarget:
+    role: str  # "deployment", "baseline" or "control"
+    target: Target
+    metrics_urls: tuple[str, ...] = ()  # decode servers' base URLs; (): the ones the proxy lists, else the target
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchRequest:
+    targets: tuple[BenchTarget, ...]
+    phases: tuple[PhaseSpec, ...]
+    seed: int = 0  # lengths and arrival times
+    prompt_seed: int | None = None  # prompt ids; None: a fresh one (no prefix-cache hit from an earlier run)
+    model: Path | None = None  # for started configurations and the prediction; None: validate's default
+    served_model: str | None = None  # name to ask URL endpoints for; None: the first listed
+    vocab_size: int | None = None  # None: from the model's config
+    base_port: int = 8000
+    run_root: Path = Path("runs")
+    num_cores: int = 2
+    start_timeout_s: float = 300.0
+    request_timeout_s: float = 300.0
+    device: str = "cpu"
+    engine: Any = None  # launch's EngineOptions for started configurations and the prediction
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseResult:
+    spec: PhaseSpec
+    client: ClientSummary  # the phase's requests
+    probes: ClientSummary | None
+    nixl: NixlStats | None  # None: no NIXL metrics on the scraped servers
+    records: tuple[RequestRecord, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetResult:
+    role: str
+    label: str
+    url: str
+    metrics_urls: tuple[str, ...]
+    run_dir: Path | None
+    phases: tuple[PhaseResult, ...]
+    elapsed_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchReport:
+    model: str
+    vocabulary: Vocabulary
+    seed: int
+    prompt_seed: int
+    phases: tuple[PhaseWork, ...]
+    predictions: tuple[Prediction | None, ...]  # per phase, for its requests
+    probe_predictions: tuple[Prediction | None, ...]
+    targets: tuple[TargetResult, ...]
+    elapsed_s: float
+
+    def target(self, role: str) -> TargetResult | None:
+        return next((t for t in self.targets if t.role == role), None)
+
+
+class _Prompts:
+    """The run's prompts, drawn once the vocabulary is known (from the first target's model)."""
+
+    def __init__(self, works: tuple[PhaseWork, ...], seed: int) -> None:
+        self.works, self.seed, self.drawn = works, seed, None
+
+    def get(self, vocabulary: Vocabulary) -> list[tuple[tuple, tuple]]:
+        if self.drawn is None:
+            rng = random.Random(self.seed)
+            draw = lambda lens: make_prompts(lens, vocab_size=vocabulary.size, excluded=vocabulary.excluded, rng=rng)  # noqa: E731
+            self.drawn = [(draw(w.input_lens), draw((w.spec.probe.input_tokens,) * w.spec.probe.num_probes)
+                           if w.spec.probe else ()) for w in self.works]
+        return self.drawn
+
+
+def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> BenchReport:
+    import httpx
+
+    from hybridserve.core.validate.deployments import default_model
+
+    start = time.monotonic()
+    for spec in request.phases:  # refused before anything starts; the context length is checked per target
+        check_phase(spec, None)
+    rng = random.Random(request.seed)
+    works = tuple(draw_work(spec, rng) for spec in request.phases)
+    prompt_seed = request.prompt_seed if request.prompt_seed is not None else random.SystemRandom().randrange(2**62)
+    prompts = _Prompts(works, prompt_seed)
+    model = (request.model or default_model()).resolve() if request.model or _starts_any(request) else None
+    results, vocab, served = [], None, None
+    for target in request.targets:
+        with deployed(target.target, model=model or default_model(), base_port=request.base_port,
+                      run_root=request.run_root.resolve(), num_cores=request.num_cores,
+                      timeout_s=request.start_timeout_s, device=request.device, engine=request.engine,
+                      on_progress=None) as deployment, httpx.Client(timeout=30) as client:
+            name = request.served_model or (model.name if target.target.config is not None and model else None)
+            served = served_model(client, deployment.url, name)
+            if vocab is None:
+                vocab = find_vocabulary(request.vocab_size, model, served)
+            for work in works:
+                check_phase(work.spec, served.max_model_len)
+            urls = target.metrics_urls or decode_urls_behind(client, deployment.url) or (deployment.url,)
+            phases = tuple(_run_phase(client, deployment.url, served, urls, work, drawn, request, target.role, i,
+                                      progress)
+                           for i, (work, drawn) in enumerate(zip(works, prompts.get(vocab))))
+        results.append(TargetResult(role=target.role, label=target.target.label, url=deployment.url,
+                                    metrics_urls=urls, run_dir=deployment.run_dir, phases=phases,
+                                    elapsed_s=time.monotonic() - start))
+    predictor = _predictor(model or (served.local_folder if served else None), request)
+    return BenchReport(
+        model=str(model or (served.root if served else "?")), vocabulary=vocab, seed=request.seed,
+        prompt_seed=prompt_seed, phases=works,
+        predictions=tuple(predictor.predict(w.input_lens) if predictor else None for w in works),
+        probe_predictions=tuple(predictor.predict((w.spec.probe.input_tokens,)) if predictor and w.spec.probe
+                                else None for w in works),
+        targets=tuple(results), elapsed_s=time.monotonic() - start)
+
+
+def _starts_any(request: BenchRequest) -> bool:
+    return any(t.target.config is not None for t in request.targets)
+
+
+def _run_phase(client: Any, url: str, served: ServedModel, metrics_urls: tuple[str, ...], work: PhaseWork,
+               drawn: tuple, request: BenchRequest, role: str, index: int,
+               progress: ProgressCallback | None) -> PhaseResult:
+    prompts, probe_prompts = drawn
+    total, done = len(prompts) + len(probe_prompts), [0]
+    what = f"{role}: phase {index + 1} ({work.spec.name})"
+
+    def on_done() -> None:
+        done[0] += 1
+        if progress is not None:
+            progress(what, done[0], total)
+
+    if progress is not None:
+        progress(what, 0, total)
+    before = scrape(client, metrics_urls)
+    records = run_phase(url, served.name, work, prompts, probe_prompts, timeout_s=request.request_timeout_s,
+                        on_done=on_done)
+    after = settled_scrape(client, metrics_urls, ((f"{XFER_TIME}_count", None),))
+    load = [r for r in records if not r.is_probe]
+    probes = [r for r in records if r.is_probe]
+    return PhaseResult(spec=work.spec, client=summarize(load), probes=summarize(probes) if probes else None,
+                       nixl=nixl_stats(delta(after, before)), records=records)
+
+
+def _predictor(model: Path | None, request: BenchRequest):  # noqa: ANN202
+    """None where the model's folder is not on this machine (a URL target serving a hub id)."""
+    from hybridserve.core.bench.prediction import Predictor
+    from hybridserve.core.common.errors import InputError
+    from hybridserve.core.launch.topology import Device
+
+    if model is None:
+        return None
+    try:
+        return Predictor(model, device=Device.parse(request.device), engine=request.engine)
+    except InputError:
+        return None

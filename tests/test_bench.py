@@ -1,0 +1,241 @@
+"""bench without servers: lengths, arrivals, prompts, percentiles, Prometheus deltas, the prediction, the CLI's
+refusals and its arguments."""
+
+import random
+import statistics
+
+import pytest
+from typer.testing import CliRunner
+
+from hybridserve.cli.app import app
+from hybridserve.core.bench import client_stats, server_metrics
+from hybridserve.core.bench.lengths import LengthDist, parse_length
+from hybridserve.core.bench.load import Load, arrival_offsets, make_load
+from hybridserve.core.bench.phase import PhaseSpec, ProbeSpec, check_phase
+from hybridserve.core.bench.prompts import make_prompts, special_token_ids
+from hybridserve.core.bench.stream import RequestRecord, _Timing
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.common.fault_kind import STATE_CORRUPTION_FAULTS, FaultKind
+
+
+@pytest.mark.parametrize("text, lo, hi", [("1024", 1024, 1024), ("500:12000", 500, 12000), ("32_768", 32768, 32768),
+                                          (" 7:7 ", 7, 7)])
+def test_parse_length(text, lo, hi):
+    assert parse_length(text, flag="--input-len") == LengthDist(min_tokens=lo, max_tokens=hi)
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "12:5", "a", "1:2:3", ""])
+def test_parse_length_refuses(text):
+    with pytest.raises(InputError, match="--input-len"):
+        parse_length(text, flag="--input-len")
+
+
+def test_uniform_lengths_cover_the_range_inclusive_and_repeat_with_the_seed():
+    dist = LengthDist(min_tokens=500, max_tokens=503)
+    drawn = dist.sample(random.Random(1), 400)
+    assert set(drawn) == {500, 501, 502, 503}
+    assert drawn == dist.sample(random.Random(1), 400)
+    assert LengthDist(min_tokens=9, max_tokens=9).sample(random.Random(0), 3) == (9, 9, 9)
+
+
+def test_poisson_arrivals_have_the_rate_and_the_seed_repeats_them():
+    load = make_load(None, 4.0)
+    offsets = arrival_offsets(load, 4000, random.Random(3))
+    gaps = [b - a for a, b in zip(offsets, offsets[1:])]
+    assert offsets[0] == 0.0 and all(g >= 0 for g in gaps)
+    assert statistics.mean(gaps) == pytest.approx(0.25, rel=0.05)  # mean gap 1/rate
+    assert statistics.stdev(gaps) == pytest.approx(0.25, rel=0.08)  # exponential: stdev = mean
+    assert offsets == arrival_offsets(load, 4000, random.Random(3))
+    assert load.max_concurrency is None and not load.is_idle
+
+
+def test_loads_from_the_command_line():
+    assert make_load(None, None) == Load(max_concurrency=1) and make_load(None, None).is_idle
+    assert make_load(16, None).name == "concurrency 16"
+    assert make_load(4, 2.5).name == "concurrency 4, rate 2.5/s"
+    assert arrival_offsets(make_load(16, None), 3, random.Random(0)) == (0.0, 0.0, 0.0)
+    for concurrency, rate in ((0, None), (None, 0.0), (None, -1.0)):
+        with pytest.raises(InputError):
+            make_load(concurrency, rate)
+
+
+def test_prompts_are_ids_below_the_vocab_without_special_ids_and_differ():
+    config = {"vocab_size": 50, "eos_token_id": 3, "text_config": {"image_token_id": 7, "bos_token_id": [1, 2]}}
+    excluded = special_token_ids(config)
+    assert excluded == {1, 2, 3, 7}
+    prompts = make_prompts((300, 300, 5), vocab_size=50, excluded=excluded, rng=random.Random(0))
+    assert [len(p) for p in prompts] == [300, 300, 5]
+    ids = {t for p in prompts for t in p}
+    assert ids <= set(range(50)) - excluded and len(ids) == 46
+    assert prompts[0][:8] != prompts[1][:8]  # no shared prefix for a prefix cache to serve
+
+
+def test_percentiles_interpolate_as_numpy():
+    values = [4.0, 1.0, 3.0, 2.0]
+    assert client_stats.percentile(values, 50) == 2.5
+    assert client_stats.percentile(values, 90) == pytest.approx(3.7)
+    assert client_stats.percentile(values, 99) == pytest.approx(3.97)
+    assert client_stats.percentile([5.0], 99) == 5.0 and client_stats.percentile([], 50) is None
+
+
+def _record(start, ttft, e2e, itl, out=4, error=None, asked=4):
+    return RequestRecord(input_tokens=10, max_output_tokens=asked, output_tokens=out, start_s=start, ttft_s=ttft,
+                         e2e_s=e2e, itl_s=itl, error=error)
+
+
+def test_summary_pools_itl_and_counts_throughput_over_the_wall():
+    records = [_record(0.0, 0.1, 1.0, (0.2, 0.3, 0.4)), _record(0.5, 0.3, 1.5, (0.1,), out=2),
+               _record(0.2, None, None, (), out=0, error="HTTP 500: boom")]
+    summary = client_stats.summarize(records)
+    assert (summary.num_sent, summary.num_ok, summary.num_failed, summary.num_short) == (3, 2, 1, 1)
+    assert summary.first_error == "HTTP 500: boom"
+    assert summary.wall_s == 2.0  # first send 0.0 to the last answer 0.5 + 1.5
+    assert summary.ttft_s.p50 == pytest.approx(0.2) and summary.itl_s.p50 == pytest.approx(0.25)
+    assert summary.request_throughput == 1.0 and summary.output_throughput == 3.0
+
+
+def test_stream_timing_counts_tokens_by_usage_even_with_empty_text():
+    timing = _Timing(0.0)
+    chunks = [({"choices": [{"text": "a"}], "usage": {"completion_tokens": 1}}, 1.0),
+              ({"choices": [{"text": ""}], "usage": {"completion_tokens": 2}}, 1.5),  # a partial UTF-8 piece
+              ({"choices": [{"text": "bc"}], "usage": {"completion_tokens": 4}}, 2.5),
+              ({"choices": [], "usage": {"completion_tokens": 4}}, 2.6)]  # the final usage chunk
+    for payload, now in chunks:
+        timing.feed(payload, now)
+    assert timing.times == [1.0, 1.5, 2.5] and timing.num_tokens == 4 and timing.error is None
+    timing.feed({"error": {"message": "decode server failed"}}, 3.0)
+    assert timing.error == "decode server failed"
+
+
+METRICS_BEFORE = """# HELP vllm:nixl_xfer_time_seconds x
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.001",model_name="m"} 1.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.005",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.01",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_count{engine="0",model_name="m"} 2.0
+vllm:nixl_xfer_time_seconds_sum{engine="0",model_name="m"} 0.004
+vllm:nixl_num_descriptors_count{engine="0",model_name="m"} 2.0
+vllm:nixl_num_descriptors_sum{engine="0",model_name="m"} 30.0
+vllm:nixl_post_time_seconds_count{engine="0",model_name="m"} 2.0
+vllm:nixl_post_time_seconds_sum{engine="0",model_name="m"} 0.0
+vllm:nixl_bytes_transferred_count{engine="0",model_name="m"} 2.0
+vllm:nixl_bytes_transferred_sum{engine="0",model_name="m"} 0.0
+vllm:nixl_num_failed_transfers_total{engine="0",model_name="m"} 0.0
+"""
+METRICS_AFTER = """vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.001",model_name="m"} 1.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.005",model_name="m"} 4.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="0.01",model_name="m"} 6.0
+vllm:nixl_xfer_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 6.0
+vllm:nixl_xfer_time_seconds_count{engine="0",model_name="m"} 6.0
+vllm:nixl_xfer_time_seconds_sum{engine="0",model_name="m"} 0.032
+vllm:nixl_post_time_seconds_count{engine="0",model_name="m"} 6.0
+vllm:nixl_post_time_seconds_sum{engine="0",model_name="m"} 0.006
+vllm:nixl_bytes_transferred_count{engine="0",model_name="m"} 6.0
+vllm:nixl_bytes_transferred_sum{engine="0",model_name="m"} 4e6
+vllm:nixl_num_descriptors_count{engine="0",model_name="m"} 6.0
+vllm:nixl_num_descriptors_sum{engine="0",model_name="m"} 110.0
+vllm:nixl_num_failed_transfers_total{engine="0",model_name="m"} 1.0
+vllm:nixl_num_kv_expired_reqs_total{engine="0",model_name="m"} 2.0
+"""
+
+
+def test_nixl_stats_are_the_phase_difference():
+    before = server_metrics.parse_prometheus(METRICS_BEFORE)
+    after = server_metrics.parse_prometheus(METRICS_AFTER)
+    stats = server_metrics.nixl_stats(server_metrics.delta(after, before))
+    assert stats.num_transfers == 4
+    assert stats.mean_xfer_s == pytest.approx(0.007)  # (0.032 - 0.004) / 4
+    assert stats.mean_descriptors == pytest.approx(20.0)  # (110 - 30) / 4
+    assert stats.mean_post_s == pytest.approx(0.0015) and stats.mean_bytes == pytest.approx(1e6)
+    assert (stats.num_failed_transfers, stats.num_kv_expired) == (1, 2)
+    # the 4 new transfers: 2 in (1, 5] ms, 2 in (5, 10] ms: the median rank 2 ends the first bucket
+    assert stats.p50_xfer_s == pytest.approx(0.005)
+
+
+def test_series_of_several_engines_are_summed_and_no_nixl_is_none():
+    text = 'a_count{engine="0"} 2\na_count{engine="1"} 3\n'
+    assert server_metrics.parse_prometheus(text) == {("a_count", None): 5.0}
+    assert server_metrics.nixl_stats(server_metrics.parse_prometheus("vllm:num_requests_running 0\n")) is None
+
+
+@pytest.mark.parametrize("q, expected", [(0.25, 0.0025), (0.5, 0.005), (0.75, 0.0075), (1.0, 0.01)])
+def test_histogram_quantile_interpolates_inside_the_bucket(q, expected):
+    buckets = {0.005: 2.0, 0.01: 4.0, float("inf"): 4.0}  # 2 below 5 ms, 2 in (5, 10] ms
+    assert server_metrics.histogram_quantile(q, buckets) == pytest.approx(expected)
+
+
+def test_phase_checks():
+    spec = PhaseSpec(load=Load(max_concurrency=16), num_requests=48, input_len=LengthDist(min_tokens=500,
+                     max_tokens=12000), output_len=LengthDist(min_tokens=32, max_tokens=32),
+                     probe=ProbeSpec(num_probes=3, input_tokens=32768, output_tokens=16, after_requests=16))
+    check_phase(spec, 34816)
+    with pytest.raises(InputError, match="max_model_len 32768"):
+        check_phase(spec, 32768)  # the probe's 32768 + 16 tokens do not fit
+    from dataclasses import replace
+    with pytest.raises(InputError, match="--probe-after"):
+        check_phase(replace(spec, probe=replace(spec.probe, after_requests=49)), None)
+    with pytest.raises(InputError, match="--num-requests"):
+        check_phase(replace(spec, num_requests=0), None)
+
+
+def test_slow_decode_is_a_latency_fault_outside_the_corruption_set():
+    assert FaultKind("slow_decode") is FaultKind.SLOW_DECODE and not FaultKind.SLOW_DECODE.is_state_corruption
+    assert STATE_CORRUPTION_FAULTS == (FaultKind.EARLY_COMPLETION, FaultKind.ZERO_AFTER_TRANSFER,
+                                       FaultKind.STALE_STATE)
+
+
+def test_prediction_bytes_and_reads_from_the_layout_library():
+    from hybridserve.core.bench.prediction import Predictor
+    from hybridserve.core.layout.descriptors import Scheme, transfer_cost
+    from hybridserve.core.validate.deployments import RECALL_MODEL_DIR
+
+    predictor = Predictor(RECALL_MODEL_DIR)
+    one, two = (transfer_cost(predictor.prefill, predictor.decode, n, Scheme.VLLM) for n in (100, 1500))
+    prediction = predictor.predict((100, 1500))
+    assert prediction.num_reads == 1 and prediction.mean_prompt_tokens == 800
+    assert prediction.bytes == (one.total_bytes + two.total_bytes) / 2
+    served = [getattr(c, "served_descriptors", c.total_descriptors) for c in (one, two)]
+    assert prediction.descriptors == sum(served) / 2
+
+
+class _Called(Exception):
+    pass
+
+
+def test_cli_passes_the_issue_load_on(monkeypatch):
+    seen = {}
+
+    def fake(request, progress=None):
+        seen["request"] = request
+        raise _Called
+
+    monkeypatch.setattr("hybridserve.core.bench.run.bench", fake)
+    result = CliRunner().invoke(app, [
+        "bench", "--deployment", "http://127.0.0.1:8000", "--baseline", "http://127.0.0.1:8300",
+        "--control", "http://127.0.0.1:8400", "--metrics", "http://127.0.0.1:8200", "--input-len", "500:12000",
+        "--num-requests", "48", "--concurrency", "16", "--probes", "3", "--probe-len", "32768",
+        "--probe-after", "16", "--seed", "5"])
+    assert isinstance(result.exception, _Called), result.output
+    request = seen["request"]
+    assert [t.role for t in request.targets] == ["deployment", "baseline", "control"]
+    assert request.targets[0].target.url == "http://127.0.0.1:8000"
+    assert request.targets[0].metrics_urls == ("http://127.0.0.1:8200",)
+    (phase,) = request.phases
+    assert phase.load == Load(max_concurrency=16) and phase.num_requests == 48
+    assert phase.input_len == LengthDist(min_tokens=500, max_tokens=12000)
+    assert phase.probe == ProbeSpec(num_probes=3, input_tokens=32768, output_tokens=16, after_requests=16)
+    assert request.seed == 5
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--input-len", "9:3"], "--input-len"), (["--output-len", "0"], "--output-len"),
+    (["--concurrency", "0"], "--concurrency"), (["--request-rate", "0"], "--request-rate"),
+    (["--fault", "melt"], "--fault"), (["--metrics", "decode:8200"], "--metrics"),
+    (["--baseline", "nowhere"], "--baseline"), (["--probes", "2", "--probe-len", "0"], "--probe-len"),
+    (["--num-requests", "0"], "--num-requests"), (["--fault", "slow_decode", "--deployment", "http://x:1"], "fault"),
+])
+def test_cli_refuses_bad_input_in_one_line_with_exit_2(args, named):
+    result = CliRunner().invoke(app, ["bench", *args])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and named in lines[0] and "Traceback" not in result.output
