@@ -38,10 +38,11 @@ def _client_rows(summary: ClientSummary, prefix: str = "") -> list[tuple[str, fl
 
 
 def _nixl_rows(stats: NixlStats | None, num_ok: int, plan: Prediction | None) -> list[tuple[str, str, str]]:
+    """`num_ok`: answered requests and probes (each one moved its state over NIXL)."""
     if stats is None:
         return []
     per_request = stats.num_transfers / num_ok if num_ok else None
-    rows = [("NIXL transfers (per request)", f"{stats.num_transfers} ({_num(per_request)})",
+    rows = [("NIXL transfers (per answered request)", f"{stats.num_transfers} ({_num(per_request)})",
              "-" if plan is None else f"{plan.num_reads}"),
             ("descriptors / transfer", _num(stats.mean_descriptors, 1),
              "-" if plan is None else f"{plan.descriptors:,.1f}" + ("" if plan.is_served_count else " (ids)")),
@@ -59,8 +60,8 @@ def _nixl_rows(stats: NixlStats | None, num_ok: int, plan: Prediction | None) ->
 def render(console: Console, report: BenchReport) -> None:
     head = Table(title=f"bench: {report.model}, prompt ids below {report.vocabulary.size:,} (seed {report.seed}, "
                        f"prompt seed {report.prompt_seed})")
-    for name in ("role", "target", "url", "metrics from", "time s"):
-        head.add_column(name, justify="right" if name == "time s" else "left")
+    for name in ("role", "target", "url", "metrics from", "time s (start + phases)"):
+        head.add_column(name, justify="right" if name.startswith("time") else "left")
     for t in report.targets:
         head.add_row(t.role, t.label, t.url, ", ".join(t.metrics_urls), f"{t.elapsed_s:.1f}")
     console.print(head)
@@ -72,8 +73,9 @@ def _phase_table(report: BenchReport, index: int, name: str) -> Table:
     targets = report.targets
     phases = [t.phases[index] for t in targets]
     roles = [t.role for t in targets]
-    table = Table(title=f"phase {index + 1}: {name}, {report.phases[index].spec.num_requests} requests, mean "
-                        f"prompt {report.phases[index].mean_input_tokens:,.0f} tokens")
+    plan = report.predictions[index]
+    mean = f"; plan: mean over its {plan.mean_prompt_tokens:,.0f}-token mean prompts" if plan else ""
+    table = Table(title=f"phase {index + 1}: {name}, {report.phases[index].spec.num_requests} requests{mean}")
     table.add_column("measure")
     for role in roles:
         table.add_column(role, justify="right")
@@ -89,8 +91,8 @@ def _phase_table(report: BenchReport, index: int, name: str) -> Table:
                                              for p in phases], *["" for _ in pairs], "")
         _add_client(table, phases, roles, pairs, lambda p: p.probes, "probe ")
     for role, phase in zip(roles, phases):
-        plan = report.predictions[index]
-        for label, value, planned in _nixl_rows(phase.nixl, phase.client.num_ok, plan):
+        answered = phase.client.num_ok + (phase.probes.num_ok if phase.probes else 0)
+        for label, value, planned in _nixl_rows(phase.nixl, answered, plan):
             table.add_row(f"{role}: {label}", *[value if r == role else "" for r in roles],
                           *["" for _ in pairs], planned)
     return table

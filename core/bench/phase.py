@@ -48,6 +48,12 @@ class PhaseWork:
     offsets_s: tuple[float, ...]  # earliest send time of each request after the phase starts
 
     @property
+    def all_input_lens(self) -> tuple[int, ...]:
+        """The requests' prompt lengths, then the probes'."""
+        probe = self.spec.probe
+        return self.input_lens + ((probe.input_tokens,) * probe.num_probes if probe else ())
+
+    @property
     def mean_input_tokens(self) -> float:
         return sum(self.input_lens) / len(self.input_lens)
 

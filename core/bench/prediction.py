@@ -1,4 +1,6 @@
-"""`plan`'s prediction beside the served stats: the transfer of one request of the phase's mean prompt length.
+"""`plan`'s prediction beside the served stats: per transfer, the mean over the phase's prompts (requests and
+probes: each moves its state in one transfer per remote rank), each predicted at its own length, so it compares
+with the means of decode's histograms; for one fixed length it is that length's transfer.
 
 The layouts come from the same seam `launch` and `plan` use (core/launch/instance_cache.py -> core/layout): the
 first prefill and decode instance of launch's local topology for this model, device and engine options, so a

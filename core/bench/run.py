@@ -82,7 +82,7 @@ class BenchReport:
     seed: int
     prompt_seed: int
     phases: tuple[PhaseWork, ...]
-    predictions: tuple[Prediction | None, ...]  # per phase, for its requests
+    predictions: tuple[Prediction | None, ...]  # per phase, over its requests and probes (each makes a transfer)
     probe_predictions: tuple[Prediction | None, ...]
     targets: tuple[TargetResult, ...]
     elapsed_s: float
@@ -121,6 +121,7 @@ def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> Be
     model = (request.model or default_model()).resolve() if request.model or _starts_any(request) else None
     results, vocab, served = [], None, None
     for target in request.targets:
+        begun = time.monotonic()
         with deployed(target.target, model=model or default_model(), base_port=request.base_port,
                       run_root=request.run_root.resolve(), num_cores=request.num_cores,
                       timeout_s=request.start_timeout_s, device=request.device, engine=request.engine,
@@ -137,12 +138,12 @@ def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> Be
                            for i, (work, drawn) in enumerate(zip(works, prompts.get(vocab))))
         results.append(TargetResult(role=target.role, label=target.target.label, url=deployment.url,
                                     metrics_urls=urls, run_dir=deployment.run_dir, phases=phases,
-                                    elapsed_s=time.monotonic() - start))
+                                    elapsed_s=time.monotonic() - begun))
     predictor = _predictor(model or (served.local_folder if served else None), request)
     return BenchReport(
         model=str(model or (served.root if served else "?")), vocabulary=vocab, seed=request.seed,
         prompt_seed=prompt_seed, phases=works,
-        predictions=tuple(predictor.predict(w.input_lens) if predictor else None for w in works),
+        predictions=tuple(predictor.predict(w.all_input_lens) if predictor else None for w in works),
         probe_predictions=tuple(predictor.predict((w.spec.probe.input_tokens,)) if predictor and w.spec.probe
                                 else None for w in works),
         targets=tuple(results), elapsed_s=time.monotonic() - start)

@@ -16,7 +16,7 @@ patches vLLM's NixlConnector pull worker (`nixl/pull_worker.py`, the decode side
 - `slow_decode` (a latency fault, not a race: `bench`'s test): every engine step of the decode worker sleeps
   SLOW_DECODE_STEP_S. It sleeps in the per-step result poll (`get_transfer_results`, 0.26's `get_finished`), which
   vLLM's model runner calls once per step, with or without transfers (kv_connector_model_runner_mixin); a step
-  makes one token per running request, so each inter-token gap grows by the sleep. Answers stay the same.
+  makes one token per running request, so each inter-token gap is at least the sleep. Answers stay the same.
 """
 
 from __future__ import annotations

@@ -1,0 +1,83 @@
+"""bench against the session's tiny-model deployments (conftest.py: `launched_pd`, launch --role all with a fault
+switch on decode, and `single_sync_baseline`), by URL: every request and probe is answered with exactly the tokens
+asked, decode's NIXL stats count one transfer per P/D request with plan's bytes, and `slow_decode` armed through the
+switch shows in the numbers (ITL p50 from below the injected sleep to at least it). Few short requests: CI has 2 cores."""
+
+import json
+
+import pytest
+
+pytest.importorskip("vllm")
+pytest.importorskip("nixl")
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm_servers")]  # see tests/conftest.py
+
+from typer.testing import CliRunner  # noqa: E402
+
+from hybridserve.cli.app import app  # noqa: E402
+from hybridserve.core.bench.lengths import LengthDist  # noqa: E402
+from hybridserve.core.bench.load import Load  # noqa: E402
+from hybridserve.core.bench.phase import PhaseSpec  # noqa: E402
+from hybridserve.core.bench.run import BenchRequest, BenchTarget, bench  # noqa: E402
+from hybridserve.core.common.fault_kind import SLOW_DECODE_STEP_S, FaultKind  # noqa: E402
+from hybridserve.core.validate import parse_target  # noqa: E402
+from hybridserve.core.validate.deployments import RECALL_MODEL_DIR  # noqa: E402
+
+NUM_REQUESTS, OUTPUT_LEN = 4, 12
+
+
+@pytest.fixture(scope="module")
+def pd(launched_pd):
+    deployment = launched_pd.as_validate_target()
+    deployment.arm(None)  # whatever validate_pd armed last is off
+    yield launched_pd
+    deployment.arm(None)
+
+
+def _idle(url, num_requests=2, output_len=16):
+    spec = PhaseSpec(load=Load(max_concurrency=1), num_requests=num_requests,
+                     input_len=LengthDist(min_tokens=200, max_tokens=200),
+                     output_len=LengthDist(min_tokens=output_len, max_tokens=output_len))
+    report = bench(BenchRequest(targets=(BenchTarget(role="deployment", target=parse_target(url, what="x")),),
+                                phases=(spec,), model=RECALL_MODEL_DIR))
+    (phase,) = report.targets[0].phases
+    assert phase.client.num_ok == num_requests, phase.client.first_error
+    return phase
+
+
+def test_counted_requests_and_transfers_equal_those_sent(pd, single_sync_baseline, tmp_path):
+    result = CliRunner().invoke(app, [
+        "bench", "--deployment", pd.proxy, "--baseline", single_sync_baseline.url, "--model", str(RECALL_MODEL_DIR),
+        "--input-len", "64:400", "--output-len", str(OUTPUT_LEN), "--num-requests", str(NUM_REQUESTS),
+        "--concurrency", "2", "--probes", "1", "--probe-len", "900", "--probe-after", "2",
+        "--png", str(tmp_path / "bench.png"), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    deployment, baseline = report["targets"]
+    assert deployment["metrics_urls"] == [pd.decode]  # found behind the proxy (its /health)
+    (phase,), (base,) = deployment["phases"], baseline["phases"]
+    for run in (phase, base):
+        assert (run["client"]["num_ok"], run["client"]["num_sent"], run["probes"]["num_ok"]) == (NUM_REQUESTS,) * 2 + (1,)
+        assert run["client"]["output_tokens"] == NUM_REQUESTS * OUTPUT_LEN  # ignore_eos: exactly what was asked
+        assert all(len(r["itl_s"]) >= 1 for r in run["records"])
+    nixl, plan = phase["nixl"], report["phases"][0]["prediction"]
+    assert nixl["num_transfers"] == NUM_REQUESTS + 1 and nixl["num_failed_transfers"] == 0  # the probe too
+    assert nixl["mean_bytes"] == pytest.approx(plan["bytes"], rel=1e-9)  # plan's bytes are the served bytes
+    assert base["nixl"] is None  # a plain server has no NixlConnector
+    assert (tmp_path / "bench.png").stat().st_size > 10_000
+
+
+def test_slow_decode_shows_in_the_numbers(pd):
+    clean = _idle(pd.proxy)
+    pd.as_validate_target().arm(FaultKind.SLOW_DECODE)
+    try:
+        slow = _idle(pd.proxy)
+    finally:
+        pd.as_validate_target().arm(None)
+    print("ITL p50 clean / slow_decode:", clean.client.itl_s.p50, slow.client.itl_s.p50)
+    # One request at a time makes one token per engine step, and each step of the armed decode sleeps
+    # SLOW_DECODE_STEP_S: every gap is at least that, the clean ones are shorter (10-32 ms seen here). The gap does
+    # not grow by the whole sleep: async scheduling overlaps the server's output work with the sleeping step.
+    assert clean.client.itl_s.p50 < SLOW_DECODE_STEP_S <= slow.client.itl_s.p50
+    assert min(r.e2e_s - r.ttft_s for r in slow.records) >= 15 * SLOW_DECODE_STEP_S  # 15 steps after the first token
+    assert slow.nixl.num_transfers == 2 and slow.nixl.num_failed_transfers == 0  # the state still moves
+    assert "hybridserve FAULT switch: slow_decode" in pd.log("decode-0")
