@@ -17,7 +17,7 @@ from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
-from hybridserve.core.launch.topology import Device, EngineOptions
+from hybridserve.core.launch.topology import Device, EngineOptions, ProxyKind
 
 
 def command(
@@ -44,6 +44,8 @@ def command(
                                                           "each prefill batch runs its bucket's winner.")] = None,
     plugin_fixes: Annotated[bool, typer.Option(help="CPU: NIXL progress-thread delay and compute threads "
                                                "kept on their cores.")] = True,
+    router: Annotated[Optional[str], typer.Option(help="The proxy role: hybridserve (ours) or vllm-router "
+                                                  "(the router extra); default: the topology's.")] = None,
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
     gpu_memory_utilization: Annotated[float, typer.Option(help="CUDA: part of each GPU split among the roles "
                                                           "on it (two roles on one GPU: 0.45 each).")] = 0.9,
@@ -75,6 +77,8 @@ def command(
       hybridserve launch --role all --tuned-profile tuned-gdn-prefill.yaml   # per-batch GDN prefill routing
 
       hybridserve launch --role all -m weightless/ -- --load-format dummy    # vLLM flags for every engine
+
+      hybridserve launch --role all --router vllm-router   # vLLM's router (NIXL P/D mode) instead of ours
     """
     engine = EngineOptions(
         block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
@@ -89,7 +93,8 @@ def command(
                             device=Device.parse(device), engine=engine, base_port=base_port,
                             num_cores=os.cpu_count() or 1, vllm_version=vllm_version, is_dry_run=dry_run,
                             run_root=run_dir.resolve(), tuned_profile=tuned_profile,
-                            vllm_args=passed_vllm_args(vllm_arg, after_dashes))
+                            vllm_args=passed_vllm_args(vllm_arg, after_dashes),
+                            router=ProxyKind.parse(router) if router else None)
     plan = prepare_launch(request)
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)

@@ -18,7 +18,8 @@ from hybridserve.core.launch.vllm_version import V0_32, VllmFeatures
 from hybridserve.core.launch.instance_cache import InstanceCache, instance_cache
 from hybridserve.core.launch.port_numbers import check_port_numbers
 from hybridserve.core.model.profiles import load_model
-from hybridserve.core.launch.topology import EngineInstance, Topology
+from hybridserve.core.launch.router_command import metrics_port, router_argv
+from hybridserve.core.launch.topology import EngineInstance, ProxyKind, Topology
 
 PROXY_MODULE = "hybridserve.core.proxy"
 
@@ -49,6 +50,7 @@ class RoleCommand:
     host: str
     port: int
     side_channel_port: int | None = None
+    metrics_port: int | None = None  # vllm-router: its Prometheus listener (ours serves /metrics on `port`)
     cache: InstanceCache | None = None  # engines only
     gpus: tuple[int, ...] | None = None  # CUDA engines: the GPU ids it runs on
     gpu_memory_utilization: float | None = None  # CUDA engines: its share of each of those GPUs
@@ -106,6 +108,10 @@ def _engine_command(python: str, name: str, kind: str, topology: Topology, inst:
 
 def proxy_command(python: str, topology: Topology) -> RoleCommand:
     proxy = topology.proxy
+    if proxy.kind is ProxyKind.VLLM_ROUTER:
+        return RoleCommand(name="proxy", role=Role.PROXY, argv=router_argv(python, topology),
+                           env=(("NO_COLOR", "1"), ("PYTHONUNBUFFERED", "1")), host=proxy.host, port=proxy.port,
+                           metrics_port=metrics_port(topology))
     argv = [python, "-m", PROXY_MODULE, "--host", proxy.host, "--port", str(proxy.port),
             "--policy", proxy.policy.value, "--timeout", str(proxy.timeout_s), "--model-name", topology.model_name]
     for inst in topology.prefill:

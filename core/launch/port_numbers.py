@@ -15,6 +15,8 @@ MAX_PORT = 65535
 def check_port_numbers(topology: Topology) -> None:
     """Raise InputError naming the first instance whose port is out of range."""
     named = [("proxy", "port", topology.proxy.port)]
+    if topology.proxy.metrics_port is not None:
+        named.append(("proxy", "metrics_port", topology.proxy.metrics_port))
     for kind, instances in (("prefill", topology.prefill), ("decode", topology.decode)):
         for i, inst in enumerate(instances):
             named += [(f"{kind}-{i}", "port", inst.port), (f"{kind}-{i}", "side_channel_port", inst.side_channel_port)]

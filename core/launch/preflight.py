@@ -18,7 +18,8 @@ from hybridserve.core.launch.passthrough import passed_value
 from hybridserve.core.launch.plan import LaunchPlan, Role, RoleCommand
 from hybridserve.core.launch.engine_command import CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT
 from hybridserve.core.launch.stale_run import port_in_use_error
-from hybridserve.core.launch.topology import Device
+from hybridserve.core.launch.router_command import ROUTER_IMPORT, MissingRouterError
+from hybridserve.core.launch.topology import Device, ProxyKind
 
 # (module, purpose) each role needs; the extra to install depends on the device.
 _ENGINE_MODULES = (("vllm", "the prefill/decode servers"), ("nixl", "the KV + GDN state transfer"))
@@ -77,11 +78,14 @@ def check_weights(plan: LaunchPlan) -> None:
 def check_extras(plan: LaunchPlan, is_available: Callable[[str], bool]) -> None:
     extra = "cpu" if plan.topology.device is Device.CPU else "cuda"
     roles = {c.role for c in plan.commands}
+    is_ours = plan.topology.proxy.kind is ProxyKind.HYBRIDSERVE
     needed = (_ENGINE_MODULES if roles & {Role.PREFILL, Role.DECODE} else ()) + (
-        _PROXY_MODULES if Role.PROXY in roles else ())
+        _PROXY_MODULES if Role.PROXY in roles and is_ours else ())
     for module, purpose in needed:
         if not is_available(module):
             raise MissingExtraError(module, extra, f"launch --role {plan.role.value}: {purpose}")
+    if Role.PROXY in roles and plan.topology.proxy.kind is ProxyKind.VLLM_ROUTER and not is_available(ROUTER_IMPORT):
+        raise MissingRouterError(f"launch --role {plan.role.value} --router vllm-router")
 
 
 def check_ports(plan: LaunchPlan, is_free: Callable[[str, int], bool], *, run_root: Path | None = None) -> None:
@@ -108,7 +112,7 @@ def is_tcp_port_free(host: str, port: int) -> bool:
 
 
 def _ports(command: RoleCommand) -> tuple[int, ...]:
-    return (command.port,) if command.side_channel_port is None else (command.port, command.side_channel_port)
+    return tuple(p for p in (command.port, command.side_channel_port, command.metrics_port) if p is not None)
 
 
 def _is_module_available(module: str) -> bool:

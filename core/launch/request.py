@@ -9,7 +9,7 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.gpus import count_gpus
 from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.plan import LaunchPlan, Role
-from hybridserve.core.launch.topology import Device, EngineOptions, Topology, local_topology
+from hybridserve.core.launch.topology import Device, EngineOptions, ProxyKind, Topology, local_topology
 from hybridserve.core.launch.topology_file import load_topology
 from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header
 
@@ -30,6 +30,7 @@ class LaunchRequest:
     run_root: Path | None = None  # where earlier runs' folders are: a port one of them holds is named
     tuned_profile: Path | None = None  # a `hybridserve tune` profile: per-batch GDN prefill routing (tuned.py)
     vllm_args: tuple[str, ...] = ()  # vLLM flags for every engine, after the topology's engine.vllm_args
+    router: ProxyKind | None = None  # the proxy role's kind (--router); None: the topology's (default: ours)
 
 
 def prepare_launch(request: LaunchRequest) -> LaunchPlan:
@@ -38,6 +39,8 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
     if request.vllm_args:
         topology = replace(topology, engine=replace(topology.engine,
                                                     vllm_args=topology.engine.vllm_args + request.vllm_args))
+    if request.router is not None:
+        topology = replace(topology, proxy=replace(topology.proxy, kind=request.router))
     if request.tuned_profile is not None:
         header = read_header(request.tuned_profile)
         if not request.is_dry_run:

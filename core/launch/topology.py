@@ -40,6 +40,15 @@ class RoutingPolicy(enum.Enum):
         return parse_choice(cls, text, what="proxy policy")
 
 
+class ProxyKind(enum.Enum):
+    HYBRIDSERVE = "hybridserve"  # the project's proxy (core/proxy): 4xx passed on, errors naming the role
+    VLLM_ROUTER = "vllm-router"  # vLLM's Rust router in NIXL P/D mode (router_command.py; the `router` extra)
+
+    @classmethod
+    def parse(cls, text: str) -> ProxyKind:
+        return parse_choice(cls, text, what="proxy kind (--router)", aliases={"vllm_router": "vllm-router"})
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineOptions:
     """Settings every vLLM instance shares unless an instance overrides one."""
@@ -86,6 +95,8 @@ class ProxyInstance:
     port: int = 8000
     policy: RoutingPolicy = RoutingPolicy.ROUND_ROBIN
     timeout_s: float = 120.0  # per hop: a server that does not answer in time fails the request
+    kind: ProxyKind = ProxyKind.HYBRIDSERVE
+    metrics_port: int | None = None  # vllm-router's Prometheus port; None: port + 50 (ours serves /metrics on port)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,9 +118,9 @@ def local_topology(*, model: Path | None = None, device: Device = Device.CPU, en
                    num_cores: int = 2, num_gpus: int = 1, base_port: int = 8000) -> Topology:
     """One prefill, one decode and the proxy on this machine (the embedded default).
 
-    Ports: proxy `base_port`, prefill +100 (NIXL side channel +150), decode +200 (+250). On CPU, prefill gets
-    core 0 and decode the last core: two servers sharing cores crawl (18-104 s per request
-    measured on 2 cores, leases expiring) while pinned ones answer in about a second. On CUDA the ids are GPU
+    Ports: proxy `base_port` (vllm-router's metrics +50), prefill +100 (NIXL side channel +150), decode +200
+    (+250). On CPU, prefill gets core 0 and decode the last core: two servers sharing cores crawl (18-104 s per
+    request measured on 2 cores, leases expiring) while pinned ones answer in about a second. On CUDA the ids are GPU
     ids: prefill GPU 0, decode GPU 1 when there is one, else both share GPU 0 (memory split by gpus.py).
     """
     last_unit = num_cores - 1 if device is Device.CPU else min(1, num_gpus - 1)
