@@ -1,6 +1,7 @@
 """bench without servers: lengths, arrivals, prompts, percentiles, Prometheus deltas, the prediction, the CLI's
 refusals and its arguments."""
 
+import json
 import random
 import statistics
 
@@ -239,3 +240,82 @@ def test_cli_refuses_bad_input_in_one_line_with_exit_2(args, named):
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and named in lines[0] and "Traceback" not in result.output
+
+
+class FakeServer:
+    """An OpenAI-compatible streaming endpoint (httpx.MockTransport): each request streams its max_tokens tokens,
+    one chunk per `gap_s`, and the server notes how many requests are in flight and when probes arrive."""
+
+    def __init__(self, gap_s=0.01):
+        import asyncio
+
+        self.asyncio, self.gap_s = asyncio, gap_s
+        self.in_flight = self.max_in_flight = self.finished = 0
+        self.probe_seen_after = []  # requests finished when each probe (a 99-token prompt) arrived
+        self.bodies = []
+
+    async def handler(self, request):
+        import httpx
+
+        body = json.loads(request.content)
+        self.bodies.append(body)
+        if len(body["prompt"]) == 99:
+            self.probe_seen_after.append(self.finished)
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+        async def events():
+            for n in range(1, body["max_tokens"] + 1):
+                await self.asyncio.sleep(self.gap_s)
+                chunk = {"choices": [{"text": "x"}], "usage": {"completion_tokens": n}}
+                yield f"data: {json.dumps(chunk)}\n\n".encode()
+            self.in_flight -= 1  # before [DONE]: the client stops reading there
+            self.finished += 1
+            yield b"data: [DONE]\n\n"
+
+        return httpx.Response(200, content=events())
+
+
+def _work(load, num, probe=None, rng_seed=0):
+    from hybridserve.core.bench.phase import draw_work
+
+    spec = PhaseSpec(load=load, num_requests=num, input_len=LengthDist(min_tokens=5, max_tokens=9),
+                     output_len=LengthDist(min_tokens=3, max_tokens=3), probe=probe)
+    return draw_work(spec, random.Random(rng_seed))
+
+
+def _drive(server, work):
+    import httpx
+
+    from hybridserve.core.bench.driver import run_phase
+
+    prompts = make_prompts(work.input_lens, vocab_size=100, excluded=set(), rng=random.Random(1))
+    probe = work.spec.probe
+    probes = make_prompts((99,) * probe.num_probes, vocab_size=100, excluded=set(), rng=random.Random(2)) if probe else ()
+    return run_phase("http://fake", "m", work, prompts, probes, timeout_s=10,
+                     transport=httpx.MockTransport(server.handler))
+
+
+def test_driver_keeps_the_concurrency_and_sends_probes_after_the_requests_it_waits_for():
+    server = FakeServer()
+    probe = ProbeSpec(num_probes=2, input_tokens=99, output_tokens=3, after_requests=4)
+    records = _drive(server, _work(Load(max_concurrency=3), 9, probe))
+    assert server.max_in_flight == 3 + 1  # the load's 3, and one probe at a time beside it
+    assert server.probe_seen_after[0] >= 4 and len(server.probe_seen_after) == 2
+    load = [r for r in records if not r.is_probe]
+    assert [r.input_tokens for r in load] == list(_work(Load(max_concurrency=3), 9).input_lens)  # in order
+    assert len(load) == 9 and sum(r.is_probe for r in records) == 2
+    assert all(r.output_tokens == 3 and len(r.itl_s) == 2 and r.ttft_s > 0 for r in records)
+    body = server.bodies[0]
+    assert body["ignore_eos"] is True and body["max_tokens"] == 3 and body["stream"] is True
+    assert all(isinstance(t, int) for t in body["prompt"])
+
+
+def test_driver_idle_is_one_at_a_time_and_a_rate_waits_for_the_arrivals():
+    server = FakeServer()
+    _drive(server, _work(Load(max_concurrency=1), 4))
+    assert server.max_in_flight == 1
+    work = _work(make_load(None, 20.0), 6)
+    records = _drive(FakeServer(), work)
+    for record, offset in zip(records, work.offsets_s):
+        assert record.start_s >= offset - 1e-3  # never sent before its Poisson arrival

@@ -14,17 +14,19 @@ OnDone = Callable[[], None]
 
 
 def run_phase(url: str, model: str, work: PhaseWork, prompts: tuple[tuple[int, ...], ...],
-              probes: tuple[tuple[int, ...], ...], *, timeout_s: float,
-              on_done: OnDone | None = None) -> tuple[RequestRecord, ...]:
-    """The phase's records (requests in order, then probes); `on_done` after each answered request or probe."""
+              probes: tuple[tuple[int, ...], ...], *, timeout_s: float, on_done: OnDone | None = None,
+              transport=None) -> tuple[RequestRecord, ...]:  # noqa: ANN001
+    """The phase's records (requests in order, then probes); `on_done` after each answered request or probe.
+    `transport` replaces the network for tests (httpx.MockTransport); None: real connections."""
     try:
         import httpx
     except ImportError:
         raise MissingExtraError("httpx", "cpu", "bench") from None
-    return asyncio.run(_run(httpx, url, model, work, prompts, probes, timeout_s, on_done or (lambda: None)))
+    return asyncio.run(_run(httpx, url, model, work, prompts, probes, timeout_s, on_done or (lambda: None),
+                            transport))
 
 
-async def _run(httpx, url, model, work, prompts, probes, timeout_s, on_done):  # noqa: ANN001, ANN202
+async def _run(httpx, url, model, work, prompts, probes, timeout_s, on_done, transport):  # noqa: ANN001, ANN202
     load, probe = work.spec.load, work.spec.probe
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
     slots = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
@@ -32,7 +34,7 @@ async def _run(httpx, url, model, work, prompts, probes, timeout_s, on_done):  #
     finished = [0]
     if probe is None or probe.after_requests == 0:
         probe_go.set()
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits, transport=transport) as client:
         start = time.perf_counter()
 
         async def one(i: int) -> RequestRecord:

@@ -107,8 +107,7 @@ class _Prompts:
 
 
 def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> BenchReport:
-    import httpx
-
+    """Every phase on every target in turn; the report holds each request's record."""
     from hybridserve.core.validate.deployments import default_model
 
     start = time.monotonic()
@@ -119,34 +118,44 @@ def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> Be
     prompt_seed = request.prompt_seed if request.prompt_seed is not None else random.SystemRandom().randrange(2**62)
     prompts = _Prompts(works, prompt_seed)
     model = (request.model or default_model()).resolve() if request.model or _starts_any(request) else None
-    results, vocab, served = [], None, None
+    results, found = [], {}  # found: the vocabulary and what the last target served
     for target in request.targets:
-        begun = time.monotonic()
-        with deployed(target.target, model=model or default_model(), base_port=request.base_port,
-                      run_root=request.run_root.resolve(), num_cores=request.num_cores,
-                      timeout_s=request.start_timeout_s, device=request.device, engine=request.engine,
-                      on_progress=None) as deployment, httpx.Client(timeout=30) as client:
-            name = request.served_model or (model.name if target.target.config is not None and model else None)
-            served = served_model(client, deployment.url, name)
-            if vocab is None:
-                vocab = find_vocabulary(request.vocab_size, model, served)
-            for work in works:
-                check_phase(work.spec, served.max_model_len)
-            urls = target.metrics_urls or decode_urls_behind(client, deployment.url) or (deployment.url,)
-            phases = tuple(_run_phase(client, deployment.url, served, urls, work, drawn, request, target.role, i,
-                                      progress)
-                           for i, (work, drawn) in enumerate(zip(works, prompts.get(vocab))))
-        results.append(TargetResult(role=target.role, label=target.target.label, url=deployment.url,
-                                    metrics_urls=urls, run_dir=deployment.run_dir, phases=phases,
-                                    elapsed_s=time.monotonic() - begun))
+        results.append(_run_target(target, request, model, works, prompts, found, progress))
+    served = found.get("served")
     predictor = _predictor(model or (served.local_folder if served else None), request)
     return BenchReport(
-        model=str(model or (served.root if served else "?")), vocabulary=vocab, seed=request.seed,
+        model=str(model or (served.root if served else "?")), vocabulary=found["vocabulary"], seed=request.seed,
         prompt_seed=prompt_seed, phases=works,
         predictions=tuple(predictor.predict(w.all_input_lens) if predictor else None for w in works),
         probe_predictions=tuple(predictor.predict((w.spec.probe.input_tokens,)) if predictor and w.spec.probe
                                 else None for w in works),
         targets=tuple(results), elapsed_s=time.monotonic() - start)
+
+
+def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, works: tuple[PhaseWork, ...],
+                prompts: _Prompts, found: dict, progress: ProgressCallback | None) -> TargetResult:
+    """Start the target (or reach its URL), check the phases fit its context, run them; stop what was started."""
+    import httpx
+
+    from hybridserve.core.validate.deployments import default_model
+
+    begun = time.monotonic()
+    with deployed(target.target, model=model or default_model(), base_port=request.base_port,
+                  run_root=request.run_root.resolve(), num_cores=request.num_cores,
+                  timeout_s=request.start_timeout_s, device=request.device, engine=request.engine) as deployment, \
+            httpx.Client(timeout=30) as client:
+        name = request.served_model or (model.name if target.target.config is not None and model else None)
+        served = found["served"] = served_model(client, deployment.url, name)
+        if "vocabulary" not in found:  # prompts are drawn once, from the first target's model
+            found["vocabulary"] = find_vocabulary(request.vocab_size, model, served)
+        for work in works:
+            check_phase(work.spec, served.max_model_len)
+        urls = target.metrics_urls or decode_urls_behind(client, deployment.url) or (deployment.url,)
+        phases = tuple(_run_phase(client, deployment.url, served, urls, work, drawn, request, target.role, i,
+                                  progress)
+                       for i, (work, drawn) in enumerate(zip(works, prompts.get(found["vocabulary"]))))
+    return TargetResult(role=target.role, label=target.target.label, url=deployment.url, metrics_urls=urls,
+                        run_dir=deployment.run_dir, phases=phases, elapsed_s=time.monotonic() - begun)
 
 
 def _starts_any(request: BenchRequest) -> bool:
