@@ -58,15 +58,26 @@ def render_plan(plan: Plan) -> None:
     out_console.print(_request_table(plan))
 
 
+def format_count(n: float) -> str:
+    """A count that may be a mean over requests (served.py): one decimal only when it has one."""
+    return f"{n:,.0f}" if abs(n - round(n)) < 0.05 else f"{n:,.1f}"
+
+
 def _request_table(plan: Plan) -> Table:
-    table = Table(title="per request, per decode rank (N-1 tokens move with GDN layers; padding never moves)")
-    for col in ("prompt", "reads", "bytes vLLM", "bytes ours", "descs vLLM", f"descs ours ({plan.request.num_runs} "
-                "run)", "NIXL elements ours", "saved", "fit"):
+    served = plan.request.served
+    table = Table(title="per request, per decode rank (N-1 tokens move with GDN layers; padding never moves)",
+                  caption=f"descs vLLM: posted after NIXL's merge on a fresh server (mean of {served.repeats} "
+                          f"requests a length after {served.num_warmup} warm-up); unmerged: the ids vLLM hands "
+                          "NIXL; fragmented: a run per block")
+    for col in ("prompt", "reads", "bytes vLLM", "bytes ours", "descs vLLM", "unmerged", "fragmented",
+                f"descs ours ({plan.request.num_runs} run)", "NIXL elements ours", "saved", "fit"):
         table.add_column(col, justify="right")
     for r in plan.requests:
-        table.add_row(f"{r.prompt_tokens:,}", str(r.vllm.num_reads), format_bytes(r.vllm.total_bytes), format_bytes(r.ours.total_bytes),
-                      f"{r.vllm.total_descriptors:,}", f"{r.ours.total_descriptors:,}", f"{r.ours.nixl_elements:,}",
-                      f"{r.vllm.total_descriptors / max(1, r.ours.total_descriptors):.1f}x",
+        table.add_row(f"{r.prompt_tokens:,}", str(r.vllm.num_reads), format_bytes(r.vllm.total_bytes),
+                      format_bytes(r.ours.total_bytes), format_count(r.vllm.served_descriptors),
+                      f"{r.vllm.unmerged_descriptors:,}", f"{r.vllm.fragmented_descriptors:,}",
+                      f"{r.ours.total_descriptors:,}", f"{r.ours.nixl_elements:,}",
+                      f"{r.vllm.served_descriptors / max(1, r.ours.total_descriptors):.1f}x",
                       "-" if r.max_requests is None else f"{r.max_requests:,}")
     return table
 
@@ -76,14 +87,16 @@ def render_plans(plans: list[Plan]) -> None:
         render_plan(plans[0])
         return
     table = Table(title="plan grid (per rank; per request per decode rank)")
-    for col in ("model", "TP", "block", "kernel", "page", "pad %", "prompt", "descs vLLM", "descs ours", "bytes",
-                "fit"):
+    for col in ("model", "TP", "block", "kernel", "page", "pad %", "prompt", "descs vLLM", "unmerged", "fragmented",
+                "descs ours", "bytes", "fit"):
         table.add_column(col, justify="right")
     for plan in plans:
         for r in plan.requests:
             table.add_row(plan.request.layout.model.name, str(plan.prefill.request.tp), str(plan.prefill.block_size),
                           str(plan.prefill.kernel_block_size), format_bytes(plan.prefill.page_size_bytes),
                           f"{plan.prefill.padding_percent:.2f}", f"{r.prompt_tokens:,}",
-                          f"{r.vllm.total_descriptors:,}", f"{r.ours.total_descriptors:,}", format_bytes(r.vllm.total_bytes),
+                          format_count(r.vllm.served_descriptors), f"{r.vllm.unmerged_descriptors:,}",
+                          f"{r.vllm.fragmented_descriptors:,}", f"{r.ours.total_descriptors:,}",
+                          format_bytes(r.vllm.total_bytes),
                           "-" if r.max_requests is None else f"{r.max_requests:,}")
     out_console.print(table)

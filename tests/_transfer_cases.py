@@ -51,3 +51,36 @@ def move_in_process(reads) -> None:
         for (dst, length, _), (src, rlen, _) in zip(local.tolist(), remote.tolist(), strict=True):
             assert length == rlen
             ctypes.memmove(dst, src, length)
+
+
+
+def nixl_merged(read, region_of) -> int:
+    """What NIXL's make_prepped_xfer posts for one ReadDescriptors, emulated (ai-dynamo/nixl #1756): prep
+    (`nixlMemSection::populate`) cuts each prepared list into runs of equal length, one region and one positive
+    stride; posted indices that go up by one on both sides inside a run dense on both sides (stride == length, the
+    same stride) merge."""
+    def cut(rows):
+        run_of, strides, prev = [], [], None
+        for addr, length in rows:
+            if prev is not None and length == prev[1] and region_of(addr) == region_of(prev[0]) and addr > prev[0] \
+                    and strides[-1] in (None, addr - prev[0]):
+                strides[-1] = addr - prev[0]
+            else:
+                strides.append(None)
+            run_of.append(len(strides) - 1)
+            prev = (addr, length)
+        return run_of, strides
+
+    local_list, remote_list = read.prepared if read.prepared is not None else read.expanded()
+    (lrun, lstride), (rrun, rstride) = (cut([(int(r[0]), int(r[1])) for r in rows.tolist()])
+                                        for rows in (local_list, remote_list))
+    li, ri = (x.tolist() for x in read.indices())
+    posted = 0
+    for k in range(len(li)):
+        a, b = li[k], ri[k]
+        length = int(local_list[a][1])
+        if k and a == li[k - 1] + 1 and b == ri[k - 1] + 1 and lrun[a] == lrun[a - 1] and rrun[b] == rrun[b - 1] \
+                and lstride[lrun[a]] == length and rstride[rrun[b]] == length:
+            continue
+        posted += 1
+    return posted

@@ -40,7 +40,14 @@ def test_json_and_yaml_carry_vllm_numbers():
     as_yaml = yaml.safe_load(runner.invoke(app, args + ["--yaml"]).stdout)
     assert as_json == as_yaml
     assert as_json["prefill"]["page_size_bytes"] == 2_195_456
-    assert as_json["requests"][0]["vllm"]["total_descriptors"] == 420
+    vllm = as_json["requests"][0]["vllm"]
+    # ids handed to NIXL: 15 tensors x 8 blocks of one kernel block + 12 GDN pieces per tensor; NIXL merges the
+    # attention run (one request on a fresh server, after one warm-up: its blocks come back descending) ...
+    assert (vllm["total_descriptors"], vllm["unmerged_descriptors"]) == (15 * 8 + 180, 15 * 8 + 180)
+    assert vllm["contiguous_descriptors"] == 15 + 180 and vllm["fragmented_descriptors"] == 15 * 8 + 180
+    # ... in the served scenario: warm-up ascending, then 8 runs (descending), 1 (ascending again), 8: the mean
+    assert vllm["served_descriptors"] == 15 * (8 + 1 + 8) / 3 + 180 == 265
+    assert as_json["served_scenario"] == {"num_warmup": 1, "repeats": 3, "output_tokens": 16}
 
 
 def test_grid_over_all_profiles_in_one_call():

@@ -22,6 +22,12 @@ class ReadDescriptors:
     remote: np.ndarray
     num_attention: int  # rows
     num_gdn: int
+    # vLLM's way (NixlConnector `register_local_xfer_handler` / `add_remote_agent`): the whole registration-time
+    # lists (Nx3, every block of every region) are what gets prepared, and a request posts the descriptor ids
+    # `local_index` / `remote_index` into them (`_compute_desc_ids`); `local` / `remote` are then those rows.
+    prepared: tuple[np.ndarray, np.ndarray] | None = None
+    local_index: np.ndarray | None = None
+    remote_index: np.ndarray | None = None
 
     @property
     def num_descriptors(self) -> int:
@@ -40,10 +46,20 @@ class ReadDescriptors:
         return bool(len(self.local)) and bool((self.local[:, 4] > 1).any() or (self.remote[:, 4] > 1).any())
 
     def for_prep(self) -> tuple[np.ndarray, np.ndarray]:
-        """Nx3 when no row is strided (NIXL's plain list), else the Nx5 rows for both sides."""
+        """The whole lists when prepared vLLM's way; else Nx3 when no row is strided (NIXL's plain list), else the
+        Nx5 rows for both sides."""
+        if self.prepared is not None:
+            return self.prepared
         if self.is_strided:
             return self.local, self.remote
         return np.ascontiguousarray(self.local[:, :3]), np.ascontiguousarray(self.remote[:, :3])
+
+    def indices(self) -> tuple[np.ndarray, np.ndarray]:
+        """What make_prepped_xfer is given: the descriptor ids, or every element of a request's own lists."""
+        if self.local_index is not None and self.remote_index is not None:
+            return self.local_index, self.remote_index
+        every = np.arange(self.num_elements, dtype=np.int32)
+        return every, every
 
     def expanded(self) -> tuple[np.ndarray, np.ndarray]:
         """Every element as an Nx3 (address, length, device) row, for checks and in-process copies."""

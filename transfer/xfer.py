@@ -112,15 +112,19 @@ def _parallel(agent: Agent, handles: list[tuple[str, Any]], *, deadline: float, 
 
 def _make(agent: Agent, peer: str, read: ReadDescriptors, mem: str, notif: bytes, keys: list[int],
           streams: int) -> list[Any]:
-    """Prepare both sides once; one transfer handle per stream, each over a contiguous share of the elements."""
+    """Prepare both sides once; one transfer handle per stream, each over a contiguous share of the ids (vLLM's
+    scheme: its whole registration-time lists prepared, the request's descriptor ids posted, as NixlConnector's
+    `_read_blocks` does with make_prepped_xfer; NIXL merges dense runs of those ids)."""
     local, remote = read.for_prep()
     try:
         lh, key = agent.prep(None, local, mem)
         keys.append(key)
         rh, key = agent.prep(peer, remote, mem)
         keys.append(key)
-        shares = np.array_split(np.arange(read.num_elements, dtype=np.int32), min(streams, read.num_elements))
-        return [agent.nixl.make_prepped_xfer("READ", lh, index, rh, index, notif) for index in shares]
+        local_ids, remote_ids = read.indices()
+        parts = min(streams, len(local_ids))
+        return [agent.nixl.make_prepped_xfer("READ", lh, li, rh, ri, notif)
+                for li, ri in zip(np.array_split(local_ids, parts), np.array_split(remote_ids, parts), strict=True)]
     except Exception as exc:
         raise TransferError(peer=peer, phase="prepare", detail=f"NIXL refused the descriptors "
                             f"({type(exc).__name__}: {exc}); no byte moved") from None

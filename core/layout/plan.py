@@ -8,6 +8,7 @@ from hybridserve.core.layout.capacity import Capacity, MemoryBudget, plan_capaci
 from hybridserve.core.layout.descriptors import Scheme, TransferCost, transfer_cost
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.rank_layout import LayoutRequest, RankLayout, plan_layout
+from hybridserve.core.layout.served import ServedScenario, mean_served_runs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -17,6 +18,7 @@ class PlanRequest:
     prompt_tokens: tuple[int, ...] = (1024, 8192, 32768)
     num_runs: int = 1  # fragmentation of a request's blocks, for our scheme
     budget: MemoryBudget | None = None
+    served: ServedScenario = ServedScenario()  # how the fresh server whose merged count vLLM's column shows is driven
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,16 +49,17 @@ def make_plan(request: PlanRequest) -> Plan:
     decode = prefill if decode_tp == request.layout.tp else plan_layout(replace(request.layout, tp=decode_tp))
     _check_same_blocks(prefill, decode)
     capacity = plan_capacity(decode, request.budget) if request.budget else None
+    served = mean_served_runs(prefill, decode, request.prompt_tokens, request.served)
     return Plan(request=request, prefill=prefill, decode=decode, capacity=capacity,
-                requests=tuple(_request_plan(prefill, decode, capacity, n, request.num_runs)
+                requests=tuple(_request_plan(prefill, decode, capacity, n, request.num_runs, served[n])
                                for n in request.prompt_tokens))
 
 
 def _request_plan(prefill: RankLayout, decode: RankLayout, capacity: Capacity | None, tokens: int,
-                  runs: int) -> RequestPlan:
+                  runs: int, served_runs: float) -> RequestPlan:
     return RequestPlan(
         prompt_tokens=tokens,
-        vllm=transfer_cost(prefill, decode, tokens, Scheme.VLLM),
+        vllm=transfer_cost(prefill, decode, tokens, Scheme.VLLM, served_runs=served_runs),
         ours=transfer_cost(prefill, decode, tokens, Scheme.OURS, num_runs=runs),
         max_requests=capacity.max_requests(decode, tokens) if capacity else None,
     )
