@@ -319,3 +319,46 @@ def test_driver_idle_is_one_at_a_time_and_a_rate_waits_for_the_arrivals():
     records = _drive(FakeServer(), work)
     for record, offset in zip(records, work.offsets_s):
         assert record.start_s >= offset - 1e-3  # never sent before its Poisson arrival
+
+
+def _report_with_control():
+    from hybridserve.core.bench.phase import draw_work
+    from hybridserve.core.bench.prediction import Prediction
+    from hybridserve.core.bench.run import BenchReport, PhaseResult, TargetResult
+    from hybridserve.core.bench.vocab import Vocabulary
+
+    work = draw_work(PhaseSpec(load=Load(max_concurrency=1), num_requests=2, input_len=LengthDist(
+        min_tokens=8, max_tokens=8), output_len=LengthDist(min_tokens=4, max_tokens=4)), random.Random(0))
+    nixl = server_metrics.NixlStats(num_transfers=2, mean_xfer_s=0.005, p50_xfer_s=0.004, mean_post_s=0.002,
+                                    mean_bytes=2e6, mean_descriptors=280.0, num_failed_transfers=0, num_kv_expired=0)
+    targets = []
+    for role, ttft, stats in (("deployment", 0.3, nixl), ("baseline", 0.2, None), ("control", 0.22, None)):
+        records = tuple(_record(i, ttft, 1.0, (0.01, 0.01, 0.01)) for i in range(2))
+        phase = PhaseResult(spec=work.spec, client=client_stats.summarize(records), probes=None, nixl=stats,
+                            records=records)
+        targets.append(TargetResult(role=role, label=role, url=f"http://{role}", metrics_urls=(f"http://{role}",),
+                                    run_dir=None, phases=(phase,), elapsed_s=1.0))
+    plan = Prediction(mean_prompt_tokens=8, num_reads=1, descriptors=280.0, is_served_count=True,
+                      unmerged_descriptors=63060.0, fragmented_descriptors=None, bytes=2e6)
+    return BenchReport(model="m", vocabulary=Vocabulary(size=100), seed=0, prompt_seed=1, phases=(work,),
+                       predictions=(plan,), probe_predictions=(None,), targets=tuple(targets), elapsed_s=3.0)
+
+
+def test_render_puts_ratios_nixl_stats_and_plan_side_by_side():
+    from rich.console import Console
+
+    from hybridserve.cli.bench_render import render, report_dict
+
+    report = _report_with_control()
+    console = Console(width=250, record=True)
+    render(console, report)
+    text = console.export_text()
+    assert "deployment / baseline" in text and "control / baseline" in text
+    ttft = next(line for line in text.splitlines() if "TTFT p50" in line)
+    assert "1.50x" in ttft and "1.10x" in ttft  # 0.3 / 0.2 and the A/A control's 0.22 / 0.2
+    descriptors = next(line for line in text.splitlines() if "descriptors / transfer" in line)
+    assert descriptors.count("280.0") == 2  # served beside plan's merged count
+    assert "63,060" in text
+    data = json.loads(json.dumps(report_dict(report)))
+    assert data["targets"][0]["phases"][0]["nixl"]["num_transfers"] == 2
+    assert data["phases"][0]["prediction"]["descriptors"] == 280.0
