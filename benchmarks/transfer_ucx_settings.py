@@ -1,7 +1,10 @@
-"""Benchmark on a CUDA host: NIXL VRAM->VRAM between two processes under several UCX settings, with UCX's own
+"""Measures `hybridserve transfer bench --memory vram` under UCX settings, and the staged path; feeds
+BENCHMARKS.md, "Staged path and UCX settings, H200".
+
+On a CUDA host: NIXL VRAM->VRAM between two processes under several UCX settings, with UCX's own
 protocol logs, and the staged path (VRAM -> DRAM -> NIXL -> DRAM -> VRAM) that kv_buffer_device=cpu uses.
 
-  python3 benchmarks/transfer_gpu.py --out $OUT
+  python3 benchmarks/transfer_ucx_settings.py --out $OUT
 Each UCX variant runs `hybridserve transfer bench` in a fresh process (UCX reads its environment once) on
 Qwen3.5-397B TP1->1 (bf16 SSM, FlashInfer), one 32k request (1.10 GB) per allocation, our scheme; the best
 variant then runs both schemes at 1k/8k/32k. Writes results.json, ucx_logs.txt and summary.md under --out.

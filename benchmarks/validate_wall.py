@@ -1,4 +1,6 @@
-"""Wall time of `hybridserve validate` on CPU: start single-sync and pd-async, send 64 prompts to each, judge.
+"""Measures `hybridserve validate`'s wall time; feeds BENCHMARKS.md, "validate wall time, CPU".
+
+Wall time of `hybridserve validate` on CPU: start single-sync and pd-async, send 64 prompts to each, judge.
 
     .venv/bin/python benchmarks/validate_wall.py [--num-prompts 64] [--max-tokens 8] [--repeats 1]
 

@@ -1,4 +1,5 @@
-"""The H200 scripts' CPU-testable parts: the 397B-geometry model maker and the tuned-vs-default serving benchmark."""
+"""The CPU-testable parts of the H200 kernel benches: the 397B-geometry model maker, the tuned-vs-default serving
+comparison (benchmarks/served_tuned_profile.py) and the folded kernel script's arguments (benchmarks/kernels_h200.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def _load(path: str):
     return module
 
 
-bench = _load("benchmarks/tuned_serving.py")
+bench = _load("benchmarks/served_tuned_profile.py")
 maker = _load("scripts/make_gdn_bench_model.py")
 
 

@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# The H200 measurements: one stage a device call (each under 600 s), results under $OUT; feeds BENCHMARKS.md,
+# "H200 runs" (each stage names the section it feeds). From the repository root on the device machine:
+#   bash benchmarks/h200.sh copy-bundle vllm .vb/part01     # ... .vb/part10: one call each, carry .vb/partNN
+#   bash benchmarks/h200.sh copy-bundle nixl .gpu/nx        # carry .gpu/nx (nixl_only.tgz)
+#   bash benchmarks/h200.sh copy-bundle flashqla .gpuwork/fq1   # carry it: fla.tgz and FlashQLA's wheels
+#   bash benchmarks/h200.sh kernels [FLAGS]           # "GDN prefill kernels": verify + tune fla and FlashInfer in
+#                                                     # vLLM's environment, then the routing's per-call cost
+#   bash benchmarks/h200.sh kernels-flashqla [FLAGS]  # the same for FlashQLA, in its own environment
+#   bash benchmarks/h200.sh tuned-serving [FLAGS]     # "The tuned profile served, H200": tuned, default, control
+#   bash benchmarks/h200.sh transfer                  # "Transfer": transfer bench --memory vram, get_zcopy off,
+#                                                     # READ against WRITE, then UCX settings and the staged path
+#   bash benchmarks/h200.sh serve [FLAGS]             # "Served P/D": benchmarks/served_pd.py (60 layers), FLAGS
+#                                                     # passed through
+#   bash benchmarks/h200.sh validate [FLAGS]          # "Validate": P/D against one server, 60 layers, random
+#                                                     # 8k and 32k prompts; FLAGS go to hybridserve validate
+#   bash benchmarks/h200.sh fallback-warning          # "launch's TCP-fallback warning, live"
+# FLAGS go to the stage's script (kernels: benchmarks/kernels_h200.py tune; tuned-serving:
+# benchmarks/served_tuned_profile.py); a later flag wins over the stage's own.
+# HYBRIDSERVE_DRY=1 prints what a stage would run and runs nothing (tests/test_benchmarks_md.py runs every stage
+# so on a CPU). DEADLINE (epoch s, default now + 560) bounds each step. The machine keeps /tmp while it stays
+# warm, so the installs (benchmarks/gpu_env.sh), the models and Triton's cache carry over to the next stage.
+set -o pipefail
+cd "$(dirname "$0")/.." || exit 3
+here=$(pwd)
+stage=${1:-}
+shift 2> /dev/null
+DRY=${HYBRIDSERVE_DRY:-}
+OUT=${OUT:?OUT: the folder for the results}
+mkdir -p "$OUT"
+deadline=${DEADLINE:-$(( $(date +%s) + 560 ))}
+M60=/tmp/m60                           # the 60-layer model (Qwen3.5-397B's TP1 per-layer geometry, random weights)
+M60_FLAGS=(--model $M60 --device cuda --max-model-len 34816 --enforce-eager --gdn-prefill-backend triton)
+
+say() { echo "[$(date -u +%T)] $*" | tee -a "$OUT/stage.log"; }
+# seconds left before the deadline, less $1; at least 1 (timeout 0 would never stop)
+left() { local s=$(( deadline - $(date +%s) - $1 )); echo $(( s > 1 ? s : 1 )); }
+
+# setup PART...: the installs of benchmarks/gpu_env.sh (vllm, nixl, fla, flashqla), and `hybridserve` on PATH
+setup() {
+  if [ -n "$DRY" ]; then echo "setup: $*"; return 0; fi
+  source benchmarks/gpu_env.sh "$here" || exit 3
+  local part
+  for part in "$@"; do "install_$part" || { say "install $part failed"; exit 3; }; done
+  mkdir -p /tmp/hsbin
+  printf '#!/bin/sh\nexec python3 -c "from hybridserve.cli.app import main; main()" "$@"\n' > /tmp/hsbin/hybridserve
+  chmod +x /tmp/hsbin/hybridserve
+  export PATH=/tmp/hsbin:$PATH
+  { date -u; nvidia-smi -L; python3 -c "import importlib.metadata as m, sys
+for d in sys.argv[1:]:
+    try: print(d, m.version(d))
+    except m.PackageNotFoundError: pass" vllm flashinfer-python fla-core flash-qla tilelang apache-tvm-ffi torch triton \
+      nvidia-cutlass-dsl nixl; } >> "$OUT/env.txt" 2>&1
+}
+
+# run LOG SECONDS CMD...: CMD under `timeout SECONDS`, stdout to LOG, stderr to LOG.err
+run() {
+  local log=$1 seconds=$2; shift 2
+  if [ -n "$DRY" ]; then echo "run: $(printf '%q ' "$@")> $log"; return 0; fi
+  timeout "$seconds" "$@" > "$log" 2> "$log.err"
+  local rc=$?; say "$(basename "$log"): rc=$rc"; return $rc
+}
+
+# start LOG CMD...: CMD in the background (its pid in $started); stop PID: SIGINT, then wait (launch stops its roles)
+start() {
+  local log=$1; shift
+  if [ -n "$DRY" ]; then echo "start: $(printf '%q ' "$@")> $log"; started=0; return 0; fi
+  "$@" > "$log" 2>&1 &
+  started=$!
+}
+stop() { [ -n "$DRY" ] || { kill -INT "$1" 2> /dev/null; wait "$1"; }; }
+
+# healthy URL SECONDS: wait for URL/health
+healthy() {
+  if [ -n "$DRY" ]; then echo "wait: $1/health"; return 0; fi
+  local t0; t0=$(date +%s)
+  while [ $(( $(date +%s) - t0 )) -lt "$2" ]; do
+    curl -sf "$1/health" > /dev/null && { say "$1 healthy after $(( $(date +%s) - t0 )) s"; return 0; }
+    sleep 2
+  done
+  say "$1 not healthy after $2 s"; return 1
+}
+
+# the 60-layer model, once a machine
+model_60_layers() {
+  [ -z "$DRY" ] && [ -f $M60/config.json ] && return 0
+  run "$OUT/model.txt" 120 python3 scripts/make_gdn_bench_model.py $M60 --tp 1 --layers 60 --hidden 1024
+}
+
+# the last lines of each server log of a run folder, into $OUT/logs
+keep_logs() {
+  [ -n "$DRY" ] && return 0
+  mkdir -p "$OUT/logs"
+  local f
+  for f in "$1"/*/*.log; do
+    [ -f "$f" ] && grep -v "GET /health" "$f" | tail -c 40000 > "$OUT/logs/$(basename "$(dirname "$f")")_$(basename "$f")"
+  done
+}
+
+copy_bundle() {  # KIND FOLDER: a carried folder into the stash gpu_env.sh reads
+  local to
+  case "$1" in
+    vllm) to=/tmp/vbstash ;;
+    nixl) to=/tmp/nxstash ;;
+    flashqla) to=/tmp/fqstash ;;
+    *) echo "copy-bundle: KIND vllm, nixl or flashqla, then the carried folder"; exit 2 ;;
+  esac
+  [ -d "$2" ] || { echo "copy-bundle: $2 is not a folder here (carry it)"; exit 2; }
+  if [ -n "$DRY" ]; then echo "copy: $2 -> $to"; return 0; fi
+  mkdir -p "$to" && cp -r "$2"/* "$to"/ && say "copied $2 into $to: $(ls "$to" | wc -l) files"
+}
+
+kernels() {  # fla + FlashInfer (vLLM 0.26's): verify, then tune over 4 TPs x 5 shapes; then the routing's cost
+  setup vllm fla
+  run "$OUT/kernels.out" "$(left 90)" python3 benchmarks/kernels_h200.py tune --out "$OUT/kernels" \
+    --backends fla flashinfer --verify-backends torch fla flashinfer --budget-s "$(left 150)" "$@"
+  [ -n "$DRY" ] || tail -30 "$OUT/kernels.out"
+  run "$OUT/route_cost.out" "$(left 10)" python3 benchmarks/kernels_h200.py route-cost \
+    --profile profiles/tuned/h200.yaml --out "$OUT/route_cost.json"
+}
+
+kernels_flashqla() {  # FlashQLA in its own environment: verify (the cases that broke it) + tune
+  setup flashqla
+  local cases=(len1 len65 len1000 zero-len-inside varlen init-state gva4
+               qwen3.5-397b-a17b-tp1 qwen3.5-397b-a17b-tp2 qwen3.5-397b-a17b-tp4 qwen3.5-397b-a17b-tp8)
+  run "$OUT/kernels_flashqla.out" "$(left 10)" python3 benchmarks/kernels_h200.py tune \
+    --out "$OUT/kernels_flashqla" --backends flashqla --verify-backends torch flashqla \
+    --verify-cases "${cases[@]}" --budget-s "$(left 40)" "$@"
+  [ -n "$DRY" ] || tail -30 "$OUT/kernels_flashqla.out"
+}
+
+tuned_serving() {  # the shipped profile against vLLM's default and a control copy of it, all three at once
+  setup vllm
+  run "$OUT/model.txt" 120 python3 scripts/make_gdn_bench_model.py /tmp/gdn-tp2 --tp 2
+  run "$OUT/served_tuned_profile.out" "$(left 20)" python3 benchmarks/served_tuned_profile.py --model /tmp/gdn-tp2 \
+    --profile profiles/tuned/h200.yaml --device cuda --tp 1 --ttft-prompts 30 --greedy-tokens 16 \
+    --extra-arg=--enforce-eager --control --gpu-share 0.28 --run-dir /tmp/hs-ts \
+    --out "$OUT/served_tuned_profile.json" "$@"
+  keep_logs /tmp/hs-ts
+}
+
+transfer() {  # 397B TP1->1, bf16 SSM: both schemes at 1k/8k/32k; READ over TCP marked; READ against WRITE
+  if [ -n "$DRY" ] || [ -f /tmp/vbstash/install.sh ]; then setup vllm; else setup nixl; fi
+  local bench=(hybridserve transfer bench -m qwen3.5-397b-a17b --mamba-ssm-cache-dtype bfloat16 --memory vram --json)
+  run "$OUT/transfer_vram.json" 240 "${bench[@]}" --ucx-log "$OUT/ucx_bench.log"
+  run "$OUT/transfer_vram_get_zcopy_off.json" 120 env UCX_CUDA_IPC_ENABLE_GET_ZCOPY=n "${bench[@]}" \
+    --prompt-len 32768 --requests 1 --ucx-log "$OUT/ucx_bench_get_zcopy_off.log"
+  run "$OUT/read_vs_write.json" 150 python3 benchmarks/nixl_read_vs_write.py
+  if [ -n "$DRY" ] || [ "$(left 20)" -gt 120 ]; then
+    run "$OUT/ucx_settings.out" "$(left 10)" python3 benchmarks/transfer_ucx_settings.py --out "$OUT/ucx_settings" \
+      --budget "$(left 30)"
+  else
+    say "no time left for the UCX settings and the staged path"
+  fi
+}
+
+serve() {  # the 60-layer model: P/D against one server, idle 1k/8k/32k and under load
+  setup vllm
+  model_60_layers
+  run "$OUT/served_pd.out" "$(left 10)" python3 benchmarks/served_pd.py "$@"
+  [ -n "$DRY" ] || tail -40 "$OUT/served_pd.out"
+}
+
+validate() {  # the 60-layer model: P/D (0.3 of the GPU each role) judged against one server (0.3) by URL
+  setup vllm
+  model_60_layers
+  start "$OUT/launch_pd.out" hybridserve launch --role all "${M60_FLAGS[@]}" --gpu-memory-utilization 0.6 \
+    --base-port 8000 --run-dir /tmp/hs-val --timeout "$(left 200)"
+  local pd=$started
+  # one start after the other: vLLM sizes its KV cache from the memory free while it profiles
+  healthy http://127.0.0.1:8000 "$(left 200)" || { stop $pd; keep_logs /tmp/hs-val; exit 1; }
+  start "$OUT/launch_single.out" hybridserve launch --role single "${M60_FLAGS[@]}" --gpu-memory-utilization 0.3 \
+    --base-port 9000 --run-dir /tmp/hs-val --timeout "$(left 120)"
+  local single=$started
+  if healthy http://127.0.0.1:9200 "$(left 120)"; then
+    run "$OUT/validate_60_layers.json" "$(left 20)" hybridserve validate --baseline http://127.0.0.1:9200 \
+      --candidate http://127.0.0.1:8000 --dataset random --prompt-len 8192 --prompt-len 32768 \
+      --timeout "$(left 25)" --json "$@"
+    [ -n "$DRY" ] || tail -5 "$OUT/validate_60_layers.json.err"
+  fi
+  stop $single; stop $pd
+  keep_logs /tmp/hs-val
+}
+
+fallback_warning() {  # launch's warning, live: a healthy start, then get_zcopy switched off in the topology
+  setup vllm
+  [ -n "$DRY" ] || cat > /tmp/fallback.yaml <<YAML
+model: $here/profiles/tiny-qwen3.5-recall
+device: cuda
+engine: {enforce_eager: true, gdn_prefill_backend: triton}
+prefill: [{port: 8100, side_channel_port: 8150, devices: [0], env: {UCX_CUDA_IPC_ENABLE_GET_ZCOPY: "n"}}]
+decode: [{port: 8200, side_channel_port: 8250, devices: [0], env: {UCX_CUDA_IPC_ENABLE_GET_ZCOPY: "n"}}]
+proxy: {port: 8000}
+YAML
+  local body='{"model":"tiny-qwen3.5-recall","prompt":"S01 a b S02 c d S01 e f","max_tokens":4,"temperature":0}'
+  local name args pid
+  for name in healthy fallback; do
+    if [ $name = healthy ]; then
+      args=(--model profiles/tiny-qwen3.5-recall --device cuda --enforce-eager --gdn-prefill-backend triton)
+    else
+      args=(--topology /tmp/fallback.yaml)
+    fi
+    start "$OUT/$name.out" hybridserve launch --role all --run-dir "/tmp/hs-$name" "${args[@]}"
+    pid=$started
+    if healthy http://127.0.0.1:8000 "$(left 30)" && [ -z "$DRY" ]; then
+      for _ in 1 2 3; do curl -s localhost:8000/v1/completions -H 'content-type: application/json' -d "$body"; echo; done \
+        >> "$OUT/$name.out"
+      sleep 8  # launch's transport watch looks every 5 s
+    fi
+    stop $pid
+    [ -n "$DRY" ] || grep -h "warning" "$OUT/$name.out"
+    keep_logs "/tmp/hs-$name"
+  done
+}
+
+case "$stage" in
+  copy-bundle) copy_bundle "$@" ;;
+  kernels) kernels "$@" ;;
+  kernels-flashqla) kernels_flashqla "$@" ;;
+  tuned-serving) tuned_serving "$@" ;;
+  transfer) transfer "$@" ;;
+  serve) serve "$@" ;;
+  validate) validate "$@" ;;
+  fallback-warning) fallback_warning "$@" ;;
+  *) echo "stage: copy-bundle, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate or" \
+       "fallback-warning (got '${stage}')"; exit 2 ;;
+esac
