@@ -59,6 +59,7 @@ def command(
     run_dir: Annotated[Path, typer.Option(help="Folder for the started servers' logs.")] = Path("runs"),
     timeout: Annotated[float, typer.Option(help="Seconds per request, and to wait for started servers.")] = 600.0,
     png: Annotated[Optional[Path], typer.Option(help="Write TTFT and ITL percentiles per target to this PNG.")] = None,
+    out: Annotated[Optional[Path], typer.Option(help="Also write the --json result to this file.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Drive a P/D deployment and a baseline with the same requests, one target at a time, and compare them.
@@ -85,8 +86,9 @@ def command(
     from hybridserve.core.common.output_path import check_output_path
     from hybridserve.core.launch.topology import Device, EngineOptions
 
-    if png is not None:
-        check_output_path(png, "--png")
+    for path, flag in ((png, "--png"), (out, "--out")):
+        if path is not None:
+            check_output_path(path, flag)
     load, out = make_load(concurrency, request_rate), parse_length(output_len, flag="--output-len")
     probe = None if probes == 0 else ProbeSpec(
         num_probes=probes, input_tokens=probe_len, output_tokens=probe_output_len,
@@ -102,11 +104,13 @@ def command(
         run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout, request_timeout_s=timeout,
         device=Device.parse(device).value, engine=engine)
     report = _run_with_progress(request)
-    from hybridserve.cli.bench_render import render, report_dict
+    from hybridserve.cli.bench_render import render, report_dict, write_json
 
     if png is not None:
         from hybridserve.core.bench.figure import write_png
         write_png(report, png)
+    if out is not None:
+        write_json(out, report_dict(report))
     print_json(report_dict(report)) if as_json else render(out_console, report)
 
 

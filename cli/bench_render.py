@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import os
+import tempfile
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -136,3 +140,12 @@ def _phase_dict(phase: PhaseResult) -> dict[str, Any]:
     return {"client": _summary_dict(phase.client), "probes": _summary_dict(phase.probes),
             "nixl": asdict(phase.nixl) if phase.nixl else None,
             "records": [asdict(r) for r in phase.records]}
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Written to a temporary file beside `path`, then renamed: never half a file."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)

@@ -49,9 +49,10 @@ def test_counted_requests_and_transfers_equal_those_sent(pd, single_sync_baselin
         "bench", "--deployment", pd.proxy, "--baseline", single_sync_baseline.url, "--model", str(RECALL_MODEL_DIR),
         "--input-len", "64:400", "--output-len", str(OUTPUT_LEN), "--num-requests", str(NUM_REQUESTS),
         "--concurrency", "2", "--probes", "1", "--probe-len", "900", "--probe-after", "2",
-        "--png", str(tmp_path / "bench.png"), "--json"])
+        "--png", str(tmp_path / "bench.png"), "--out", str(tmp_path / "bench.json"), "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
+    assert json.loads((tmp_path / "bench.json").read_text()) == report
     deployment, baseline = report["targets"]
     assert deployment["metrics_urls"] == [pd.decode]  # found behind the proxy (its /health)
     (phase,), (base,) = deployment["phases"], baseline["phases"]
