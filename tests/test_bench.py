@@ -362,3 +362,19 @@ def test_render_puts_ratios_nixl_stats_and_plan_side_by_side():
     data = json.loads(json.dumps(report_dict(report)))
     assert data["targets"][0]["phases"][0]["nixl"]["num_transfers"] == 2
     assert data["phases"][0]["prediction"]["descriptors"] == 280.0
+
+
+def test_a_stream_cut_before_done_is_a_failed_request():
+    import httpx
+
+    from hybridserve.core.bench.driver import run_phase
+
+    async def handler(request):
+        async def events():
+            yield b'data: {"choices": [{"text": "x"}], "usage": {"completion_tokens": 1}}\n\n'  # then gone
+        return httpx.Response(200, content=events())
+
+    work = _work(Load(max_concurrency=1), 1)
+    prompts = make_prompts(work.input_lens, vocab_size=100, excluded=set(), rng=random.Random(1))
+    (record,) = run_phase("http://fake", "m", work, prompts, (), timeout_s=5, transport=httpx.MockTransport(handler))
+    assert record.error == "stream ended without [DONE]" and not record.is_ok

@@ -1,7 +1,7 @@
 """One streamed /v1/completions request, timed as vLLM's `bench serve` times it.
 
 TTFT: from sending to the first chunk that carries a token. ITL: the gaps between successive token-carrying
-chunks (vLLM bench serve's `itl`). End-to-end: from sending to `[DONE]`. The output length comes from the usage
+chunks (vLLM bench serve's `itl`). End-to-end: from sending to `[DONE]` (a stream without it failed). The output length comes from the usage
 the server reports (`stream_options.include_usage`; `continuous_usage_stats` gives a running count on every chunk,
 so a chunk whose text is empty, a partial UTF-8 piece, still counts as a token). `ignore_eos` and `max_tokens`
 make the output exactly the length asked for.
@@ -43,6 +43,7 @@ class _Timing:
 
     def __init__(self, sent: float) -> None:
         self.sent, self.times, self.num_tokens, self.error = sent, [], 0, None
+        self.done: float | None = None  # when [DONE] arrived
 
     def feed(self, payload: dict[str, Any], now: float) -> None:
         if "error" in payload:
@@ -80,6 +81,7 @@ async def stream_one(client: Any, url: str, model: str, prompt: tuple[int, ...],
                         continue
                     data = line[5:].strip()
                     if data == "[DONE]":
+                        timing.done = time.perf_counter()
                         break
                     try:
                         timing.feed(json.loads(data), time.perf_counter())
@@ -87,7 +89,9 @@ async def stream_one(client: Any, url: str, model: str, prompt: tuple[int, ...],
                         timing.error = f"not JSON: {data[:100]}"
     except httpx.HTTPError as exc:
         timing.error = f"{type(exc).__name__}: {exc or 'connection lost'}"
-    end = time.perf_counter()
+    if timing.done is None and timing.error is None:  # a server that dies just closes the stream
+        timing.error = "stream ended without [DONE]"
+    end = timing.done or time.perf_counter()
     times = timing.times
     return RequestRecord(
         input_tokens=len(prompt), max_output_tokens=output_tokens,
