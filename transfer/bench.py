@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.layout.descriptors import Scheme, transfer_cost
+from hybridserve.core.layout.served import attention_runs
 from hybridserve.core.model.dtypes import DType
 from hybridserve.core.common.errors import CheckFailedError, CouldNotRunError, InputError, MissingExtraError
 from hybridserve.core.common.ucx import Transport
@@ -60,8 +61,8 @@ class BenchRow:
     num_requests: int
     num_descriptors: int  # per decode rank, rows (a strided row counts once)
     num_elements: int  # per decode rank, what the transfers carry after NIXL expands strided rows
-    num_merged: int | None  # per decode rank, after NIXL merged adjacent elements (telemetry)
-    predicted_descriptors: int  # core.layout.descriptors.transfer_cost for this request's runs
+    num_merged: int | None  # per decode rank, after NIXL's merge (telemetry descCount), mean over the requests
+    predicted_descriptors: int  # core's count after NIXL's merge for these ids (transfer_cost served_descriptors)
     num_bytes: int  # all decode ranks
     prepare_ms: float
     post_ms: float
@@ -146,7 +147,9 @@ def _measure(cluster: Cluster, plan, request: BenchRequest, prompt: int, scheme:
             pools[1].give_back(blocks.decode)
         samples.append(moved)
         predicted.append(transfer_cost(plan.prefill, plan.decode, prompt, scheme,
-                                       num_runs=len(runs(blocks.pairs(attention)))).total_descriptors)
+                                       num_runs=len(runs(blocks.pairs(attention))),
+                                       served_runs=attention_runs(plan.decode, blocks.prefill, blocks.decode))
+                         .served_descriptors)
         if on_step:
             on_step(tag)
     if not exact:
@@ -159,11 +162,12 @@ def _measure(cluster: Cluster, plan, request: BenchRequest, prompt: int, scheme:
         return statistics.median(max(r[key] for r in s) for s in samples)
 
     total = sum(r["num_bytes"] for r in samples[0])
-    merged = samples[0][0]["num_merged"]
+    merged_all = [s[0]["num_merged"] for s in samples]  # the mean over requests, as vLLM's stats report it
+    merged = None if None in merged_all else round(statistics.mean(merged_all))
     return BenchRow(prompt_tokens=prompt, scheme=scheme.value, allocation=allocation.value,
                     num_requests=request.num_requests, num_descriptors=samples[0][0]["num_descriptors"],
                     num_elements=samples[0][0]["num_elements"], num_merged=merged,
-                    predicted_descriptors=int(statistics.median(predicted)), num_bytes=total,
+                    predicted_descriptors=round(statistics.mean(predicted)), num_bytes=total,
                     prepare_ms=1e3 * med("prepare_s"), post_ms=1e3 * med("post_s"),
                     transfer_ms=1e3 * med("transfer_s"), gbps=total / med("transfer_s") / 1e9,
                     copy_gbps=per_rank_bytes / copy_s / 1e9, is_exact=exact)
