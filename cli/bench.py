@@ -89,12 +89,12 @@ def command(
     for path, flag in ((png, "--png"), (out, "--out")):
         if path is not None:
             check_output_path(path, flag)
-    load, out = make_load(concurrency, request_rate), parse_length(output_len, flag="--output-len")
+    load, outputs = make_load(concurrency, request_rate), parse_length(output_len, flag="--output-len")
     probe = None if probes == 0 else ProbeSpec(
         num_probes=probes, input_tokens=probe_len, output_tokens=probe_output_len,
         after_requests=num_requests // 3 if probe_after is None else probe_after)
     phases = tuple(PhaseSpec(load=load, num_requests=num_requests, input_len=parse_length(text, flag="--input-len"),
-                             output_len=out, probe=probe) for text in input_len)
+                             output_len=outputs, probe=probe) for text in input_len)
     engine = EngineOptions(gdn_prefill_backend=gdn_prefill_backend, is_enforce_eager=enforce_eager,
                            **({"max_model_len": max_model_len} if max_model_len else {}),
                            **({"max_num_seqs": max_num_seqs} if max_num_seqs else {}))

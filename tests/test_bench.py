@@ -378,3 +378,13 @@ def test_a_stream_cut_before_done_is_a_failed_request():
     prompts = make_prompts(work.input_lens, vocab_size=100, excluded=set(), rng=random.Random(1))
     (record,) = run_phase("http://fake", "m", work, prompts, (), timeout_s=5, transport=httpx.MockTransport(handler))
     assert record.error == "stream ended without [DONE]" and not record.is_ok
+
+
+def test_cli_writes_png_and_json_out(monkeypatch, tmp_path):
+    monkeypatch.setattr("hybridserve.core.bench.run.bench", lambda request, progress=None: _report_with_control())
+    out, png = tmp_path / "b.json", tmp_path / "b.png"
+    result = CliRunner().invoke(app, ["bench", "--deployment", "http://d", "--baseline", "http://b", "--out", str(out),
+                                      "--png", str(png), "--output-len", "4"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["targets"][2]["role"] == "control"
+    assert png.read_bytes()[:4] == b"\x89PNG" and "control / baseline" in result.stdout
