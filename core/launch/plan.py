@@ -110,7 +110,7 @@ def proxy_command(python: str, topology: Topology) -> RoleCommand:
     proxy = topology.proxy
     if proxy.kind is ProxyKind.VLLM_ROUTER:
         return RoleCommand(name="proxy", role=Role.PROXY, argv=router_argv(python, topology),
-                           env=(("NO_COLOR", "1"), ("PYTHONUNBUFFERED", "1")), host=proxy.host, port=proxy.port,
+                           env=(("PYTHONUNBUFFERED", "1"),), host=proxy.host, port=proxy.port,
                            metrics_port=metrics_port(topology))
     argv = [python, "-m", PROXY_MODULE, "--host", proxy.host, "--port", str(proxy.port),
             "--policy", proxy.policy.value, "--timeout", str(proxy.timeout_s), "--model-name", topology.model_name]
