@@ -30,7 +30,7 @@ _MANY = {"allow_extra_args": True}
 app.command("verify", cls=HelpCommand, context_settings=_MANY)(guarded(verify.command))
 app.command("tune", cls=HelpCommand, context_settings=_MANY)(guarded(tune.command))
 app.command("launch", cls=HelpCommand)(guarded(launch.command))
-app.command("validate", cls=HelpCommand)(guarded(validate.command))
+app.command("validate", cls=HelpCommand, context_settings=_MANY)(guarded(validate.command))  # --prompt-len 1k 8k
 app.command("bench", cls=HelpCommand)(guarded(bench.command))
 app.add_typer(transfer.app, name="transfer")
 

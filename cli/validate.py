@@ -10,20 +10,26 @@ import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
 from hybridserve.cli.options import JsonOpt
-from hybridserve.core.common.errors import CheckFailedError
+from hybridserve.core.common.errors import CheckFailedError, InputError
 
 Limit = Optional[float]
 
 
 def command(
+    ctx: typer.Context,
     baseline: Annotated[str, typer.Option(help="URL of an OpenAI-compatible server, or a configuration "
                                           "validate starts: single-sync, single-async, pd-async, pd-sync.")] = "single-sync",
     candidate: Annotated[str, typer.Option(help="Same choices as --baseline.")] = "pd-async",
-    dataset: Annotated[str, typer.Option(help="'synthetic' or 'synthetic:MIN-MAX' (words per prompt; the built-in "
-                                         "majority-marker task) or a JSONL file of {\"prompt\", \"answer\"} "
-                                         "lines.")] = "synthetic",
-    num_prompts: Annotated[Optional[int], typer.Option(help="Prompts to use (synthetic: default 64).")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the synthetic prompts.")] = 0,
+    dataset: Annotated[str, typer.Option(help="'synthetic[:MIN-MAX]' (words; the built-in task), 'random' (token "
+                                         "ids, --prompt-len) or a JSONL file of {\"prompt\", \"answer\"}.")] = "synthetic",
+    prompt_len: Annotated[Optional[list[int]], typer.Option(help="random: prompt lengths in tokens, e.g. "
+                                                            "--prompt-len 1024 8192 32768.")] = None,
+    num_prompts: Annotated[Optional[int], typer.Option(help="Prompts to use (synthetic: default 64; random: per "
+                                                       "length, default 3).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic or random prompts.")] = 0,
+    reference: Annotated[Optional[str], typer.Option(help="A second clean run (a URL, e.g. the baseline's): its "
+                                                     "difference to the baseline sets the near-tie tolerance.")] = None,
+    top_logprobs: Annotated[Optional[int], typer.Option(help="Top-k logprobs per token (default 2; random: 5).")] = None,
     max_tokens: Annotated[int, typer.Option(help="Tokens generated per prompt.")] = 8,
     concurrency: Annotated[int, typer.Option(help="Requests in flight per endpoint.")] = 4,
     model: Annotated[Optional[Path], typer.Option(help="Model folder for configurations validate starts "
@@ -56,8 +62,10 @@ def command(
     """Send the same prompts to a baseline and a candidate (greedy, logprobs) and judge the candidate.
 
     Reports task accuracy, token agreement up to the first divergence that is not a near-tie, where
-    divergences happen and the mean logprob drift. Exit 0: pass; 1: regression (the failing metric is named);
-    2: could not run (the reason is given).
+    divergences happen and the mean logprob drift. With --dataset random every prompt is judged on its own (a
+    divergence that is not a near-tie, a refusal or drift over the limit fails it) and the first-token drift is
+    reported; --reference measures the near-tie tolerance instead of assuming it. Exit 0: pass; 1: regression
+    (the failing metric is named); 2: could not run (the reason is given).
 
     Examples:
 
@@ -66,29 +74,42 @@ def command(
       hybridserve validate --candidate pd-sync --junit validate.xml
 
       hybridserve validate --baseline http://a:8000 --candidate http://b:8000 --dataset gsm8k.jsonl --json
+
+      hybridserve validate --baseline http://a:8000 --candidate http://b:8000 --reference http://a:8000
+      --dataset random --prompt-len 1024 8192 32768 --model /models/m --max-tokens 16 --json
     """
     from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, resolve_thresholds, validate
     from hybridserve.core.validate.client import RequestSettings
+    from hybridserve.cli.validate_inputs import positive, random_model_defaults, top_k, trailing_lengths
     from hybridserve.core.validate.deployments import is_random_model
+    from hybridserve.core.validate.random_prompts import RANDOM, load_random
     from hybridserve.core.validate.thresholds import Thresholds
     from hybridserve.core.common.fault_kind import parse_fault
     from hybridserve.core.launch.topology import Device, EngineOptions
 
     targets = (parse_target(baseline, what="baseline"),
                parse_target(candidate, what="candidate", fault=parse_fault(fault)))
-    base = Thresholds()
-    if any(t.config is not None for t in targets) and is_random_model(model):  # validate starts that model
-        base, dataset = _random_model_defaults(dataset)
+    lengths = trailing_lengths(prompt_len, ctx.args)
+    is_random = dataset == RANDOM
+    if lengths and not is_random:
+        raise InputError(f"--prompt-len: only with --dataset {RANDOM}")
+    starts = any(t.config is not None for t in targets)
+    base = Thresholds(max_regressed_prompts=0) if is_random else Thresholds()
+    if starts and is_random_model(model) and not is_random:  # validate starts that model
+        base, dataset = random_model_defaults(dataset)
     limits = resolve_thresholds(thresholds, base=base, overrides={
         "max_accuracy_drop": max_accuracy_drop, "min_candidate_accuracy": min_candidate_accuracy,
         "min_token_agreement": min_token_agreement, "max_logprob_drift": max_logprob_drift,
         "near_tie_tolerance": near_tie_tolerance, "max_failed_requests": max_failed_requests})
     request = ValidateRequest(
-        baseline=targets[0], candidate=targets[1], dataset=load_dataset(dataset, num_prompts=num_prompts, seed=seed),
-        thresholds=limits,
-        settings=RequestSettings(max_tokens=_positive(max_tokens, "--max-tokens"), timeout_s=timeout,
-                                 concurrency=_positive(concurrency, "--concurrency"), ignore_eos=ignore_eos,
-                                 model=served_model),
+        baseline=targets[0], candidate=targets[1], thresholds=limits,
+        dataset=(load_random(lengths, num_prompts=num_prompts, seed=seed, model=model, is_started=starts)
+                 if is_random else load_dataset(dataset, num_prompts=num_prompts, seed=seed)),
+        reference=None if reference is None else parse_target(reference, what="reference"),
+        settings=RequestSettings(max_tokens=positive(max_tokens, "--max-tokens"), timeout_s=timeout,
+                                 concurrency=positive(concurrency, "--concurrency"),
+                                 ignore_eos=ignore_eos or is_random, model=served_model, is_token_ids=is_random,
+                                 num_top_logprobs=top_k(top_logprobs, is_random)),
         model=model, base_port=base_port, run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout,
         device=Device.parse(device).value,
         engine=EngineOptions(gdn_prefill_backend=gdn_prefill_backend, is_enforce_eager=enforce_eager))
@@ -100,25 +121,6 @@ def command(
     print_json(report_dict(report)) if as_json else render(out_console, report)
     if not report.verdict.passed:
         raise CheckFailedError(report.verdict.summary)
-
-
-def _random_model_defaults(dataset: str):  # noqa: ANN202
-    """Launch's random-weight model: loosened limits for flat logits (RANDOM_WEIGHTS says why) and shorter prompts."""
-    from hybridserve.core.validate.deployments import RANDOM_MODEL_SYNTHETIC
-    from hybridserve.core.validate.thresholds import RANDOM_WEIGHTS
-
-    dataset = RANDOM_MODEL_SYNTHETIC if dataset == "synthetic" else dataset
-    err_console.print("model: launch's tiny Qwen3.5 (random weights): limits loosened for flat logits "
-                      f"(near-tie 0.05, agreement >= 0.8, drift <= 0.04); dataset {dataset}", highlight=False)
-    return RANDOM_WEIGHTS, dataset
-
-
-def _positive(value: int, flag: str) -> int:
-    from hybridserve.core.common.errors import InputError
-
-    if value < 1:
-        raise InputError(f"{flag} {value}: must be at least 1")
-    return value
 
 
 def _run_with_progress(request):  # noqa: ANN001, ANN202

@@ -1,4 +1,4 @@
-"""A small OpenAI-compatible completions client: greedy, with the top-2 logprobs of every generated token."""
+"""A small OpenAI-compatible completions client: greedy, with the top-k logprobs of every generated token."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 from hybridserve.core.common.errors import CouldNotRunError, MissingExtraError
 
 NUM_TOP_LOGPROBS = 2  # enough to tell a near-tie: the gap between the best and the second-best token
+MAX_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,6 +19,7 @@ class Completion:
     tokens: tuple[str, ...]
     logprobs: tuple[float, ...]  # of the chosen token, per position
     top2_gaps: tuple[float | None, ...]  # best minus second-best logprob per position; None if only one was returned
+    top: tuple[dict[str, float], ...] = ()  # the top-k tokens and their logprobs, per position
     error: str | None = None  # the endpoint refused this prompt (HTTP error or a malformed answer)
 
 
@@ -32,6 +34,10 @@ class RequestSettings:
     concurrency: int = 4
     ignore_eos: bool = False  # vLLM extension; only sent when True
     model: str | None = None  # None: the first model the endpoint lists
+    num_top_logprobs: int = NUM_TOP_LOGPROBS  # vLLM completions `logprobs=k`
+    # vLLM's return_tokens_as_token_ids: tokens come back as 'token_id:N', so two ids that decode to the same text
+    # (byte pieces, ids a small tokenizer does not hold) stay apart in the top-k; only sent when True
+    is_token_ids: bool = False
 
 
 def _httpx() -> Any:
@@ -79,7 +85,8 @@ def parse_completion(url: str, payload: dict) -> Completion:
         ranked = sorted((top or {}).values(), reverse=True)
         # One entry although two were asked: the two best tokens decode to the same text (byte pieces): a tie.
         gaps.append(ranked[0] - ranked[1] if len(ranked) >= 2 else (0.0 if len(ranked) == 1 else None))
-    return Completion(text=choice.get("text") or "", tokens=tokens, logprobs=values, top2_gaps=tuple(gaps))
+    return Completion(text=choice.get("text") or "", tokens=tokens, logprobs=values, top2_gaps=tuple(gaps),
+                      top=tuple({str(k): float(v) for k, v in (t or {}).items()} for t in tops))
 
 
 def first_model(client: Any, url: str) -> str:
@@ -89,7 +96,7 @@ def first_model(client: Any, url: str) -> str:
     return str(models[0]["id"])
 
 
-def complete_all(url: str, prompts: Sequence[str], settings: RequestSettings,
+def complete_all(url: str, prompts: Sequence[str | Sequence[int]], settings: RequestSettings,
                  on_done: Callable[[], None] | None = None) -> list[Completion]:
     """Send every prompt (greedy, logprobs) with `settings.concurrency` in flight; results in prompt order."""
     httpx = _httpx()
@@ -97,11 +104,14 @@ def complete_all(url: str, prompts: Sequence[str], settings: RequestSettings,
     with httpx.Client(timeout=settings.timeout_s) as client:
         model = settings.model or first_model(client, url)
 
-        def one(prompt: str) -> Completion:
-            body = {"model": model, "prompt": prompt, "max_tokens": settings.max_tokens, "temperature": 0.0,
-                    "logprobs": NUM_TOP_LOGPROBS, "seed": 0}
+        def one(prompt: str | Sequence[int]) -> Completion:
+            body = {"model": model, "prompt": prompt if isinstance(prompt, str) else list(prompt),
+                    "max_tokens": settings.max_tokens, "temperature": 0.0, "logprobs": settings.num_top_logprobs,
+                    "seed": 0}
             if settings.ignore_eos:
                 body["ignore_eos"] = True
+            if settings.is_token_ids:
+                body["return_tokens_as_token_ids"] = True
             try:
                 completion = parse_completion(url, _request(client, url, "POST", "/v1/completions", body))
             except RequestRejectedError as exc:  # a per-prompt failure; unreachable endpoints still raise

@@ -30,7 +30,7 @@ class AnswerKind(enum.Enum):
 
 @dataclass(frozen=True, kw_only=True)
 class Example:
-    prompt: str
+    prompt: str | tuple[int, ...]  # text, or token ids (the random dataset), sent to /v1/completions as they are
     answer: str | None  # the graded form: words, or the gsm8k number
     answer_kind: AnswerKind
 
@@ -43,6 +43,10 @@ class Dataset:
     @property
     def num_graded(self) -> int:
         return sum(e.answer_kind is not AnswerKind.NONE for e in self.examples)
+
+    @property
+    def is_token_ids(self) -> bool:
+        return any(not isinstance(e.prompt, str) for e in self.examples)
 
 
 def gsm8k_number(text: str) -> str | None:

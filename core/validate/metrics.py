@@ -29,12 +29,37 @@ class PromptComparison:
     num_compared: int  # positions compared for drift (before the first difference)
     sum_abs_logprob_drift: float  # over those positions
     is_candidate_failed: bool = False  # the candidate refused the prompt (e.g. HTTP 400 on NaN logprobs)
+    divergence_gap: float | None = None  # the baseline's top-2 logprob gap at the first difference
+    # |baseline - candidate| logprob of the baseline's first token (the candidate's from its top-k when it chose
+    # another); None: not in the candidate's top-k, or nothing generated
+    first_token_drift: float | None = None
+    num_prompt_tokens: int | None = None  # token-id prompts (the random dataset)
+
+    @property
+    def mean_logprob_drift(self) -> float | None:
+        return self.sum_abs_logprob_drift / self.num_compared if self.num_compared else None
+
+    def regression(self, max_logprob_drift: float) -> str | None:
+        """Why this prompt alone is a regression (None: it is not): refused, a divergence that is not a near-tie,
+        or a mean drift over the limit before its first difference."""
+        if self.is_candidate_failed:
+            return "candidate refused it"
+        if self.first_divergence is not None and not self.is_near_tie:
+            return f"diverged at token {self.first_divergence} (baseline top-2 gap {_text(self.divergence_gap)})"
+        drift = self.mean_logprob_drift
+        if drift is not None and drift > max_logprob_drift:
+            return f"mean logprob drift {drift:.4g} > {max_logprob_drift:g}"
+        return None
 
     @property
     def num_agreed_tokens(self) -> int:
         if self.first_divergence is None or self.is_near_tie:
             return self.num_tokens
         return min(self.first_divergence, self.num_tokens)
+
+
+def _text(value: float | None) -> str:
+    return "unknown" if value is None else f"{value:.4g}"
 
 
 def _gap_at(completion: Completion, position: int) -> float | None:
@@ -50,14 +75,24 @@ def first_divergence(base: Completion, cand: Completion) -> int | None:
     return None
 
 
+def first_token_drift(base: Completion, cand: Completion) -> float | None:
+    if not base.tokens or not cand.tokens:
+        return None
+    token = base.tokens[0]
+    other = cand.logprobs[0] if cand.tokens[0] == token else (cand.top[0].get(token) if cand.top else None)
+    return None if other is None else abs(base.logprobs[0] - other)
+
+
 def compare(index: int, example: Example, base: Completion, cand: Completion,
             near_tie_tolerance: float) -> PromptComparison:
+    num_prompt_tokens = None if isinstance(example.prompt, str) else len(example.prompt)
     if cand.error is not None:
         graded = is_correct(example, base.text)
         return PromptComparison(index=index, is_baseline_correct=graded,
                                 is_candidate_correct=None if graded is None else False,
                                 num_tokens=len(base.tokens), first_divergence=0, is_near_tie=False, num_compared=0,
-                                sum_abs_logprob_drift=0.0, is_candidate_failed=True)
+                                sum_abs_logprob_drift=0.0, is_candidate_failed=True,
+                                num_prompt_tokens=num_prompt_tokens)
     where = first_divergence(base, cand)
     gap = None if where is None else _gap_at(base, where)
     num_compared = len(base.tokens) if where is None else where
@@ -66,7 +101,8 @@ def compare(index: int, example: Example, base: Completion, cand: Completion,
         index=index, is_baseline_correct=is_correct(example, base.text),
         is_candidate_correct=is_correct(example, cand.text), num_tokens=len(base.tokens),
         first_divergence=where, is_near_tie=gap is not None and gap < near_tie_tolerance,
-        num_compared=num_compared, sum_abs_logprob_drift=drift,
+        num_compared=num_compared, sum_abs_logprob_drift=drift, divergence_gap=gap,
+        first_token_drift=first_token_drift(base, cand), num_prompt_tokens=num_prompt_tokens,
     )
 
 
@@ -84,6 +120,14 @@ class Metrics:
     # compared (every prompt diverged at token 0, or the candidate refused them all), so nothing was measured
     mean_logprob_drift: float | None
     num_failed_requests: int = 0  # prompts the candidate refused (they count as wrong and divergent at 0)
+    mean_first_token_drift: float | None = None  # over the prompts where it was measured
+    max_first_token_drift: float | None = None
+
+    @property
+    def near_tie_share(self) -> float | None:
+        """Near-tie divergences / all divergences (None: no prompt diverged)."""
+        num = self.num_near_tie_prompts + self.num_divergent_prompts
+        return self.num_near_tie_prompts / num if num else None
 
     @property
     def accuracy_drop(self) -> float | None:
@@ -105,6 +149,7 @@ def summarize(comparisons: Sequence[PromptComparison]) -> Metrics:
     divergent = [c for c in comparisons if c.first_divergence is not None and not c.is_near_tie]
     num_tokens = sum(c.num_tokens for c in comparisons)
     num_compared = sum(c.num_compared for c in comparisons)
+    first = [c.first_token_drift for c in comparisons if c.first_token_drift is not None]
     return Metrics(
         num_prompts=len(comparisons),
         num_graded=sum(c.is_baseline_correct is not None for c in comparisons),
@@ -116,4 +161,5 @@ def summarize(comparisons: Sequence[PromptComparison]) -> Metrics:
         divergence_positions=tuple(sorted(c.first_divergence for c in divergent if c.first_divergence is not None)),
         mean_logprob_drift=sum(c.sum_abs_logprob_drift for c in comparisons) / num_compared if num_compared else None,
         num_failed_requests=sum(c.is_candidate_failed for c in comparisons),
+        mean_first_token_drift=sum(first) / len(first) if first else None, max_first_token_drift=max(first, default=None),
     )

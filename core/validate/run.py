@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError, InputError
@@ -13,8 +13,9 @@ from hybridserve.core.validate.client import Completion, RequestSettings, comple
 from hybridserve.core.validate.dataset import Dataset
 from hybridserve.core.validate.deployments import Target, check_scheduling, deployed
 from hybridserve.core.validate.metrics import PromptComparison, compare, summarize
+from hybridserve.core.validate.noise import Noise, measure
 from hybridserve.core.validate.thresholds import Thresholds
-from hybridserve.core.validate.verdict import Verdict, judge
+from hybridserve.core.validate.verdict import Verdict, judge, prompt_regressions
 
 # (phase, done, total): phase is "baseline" or "candidate"; done counts answered prompts.
 ProgressCallback = Callable[[str, int, int], None]
@@ -37,6 +38,10 @@ class ValidateRequest:
     # The baseline's answers to these prompts from an earlier report (`baseline_answers`): not asked again, so
     # several candidates are judged against one baseline run. Greedy decoding makes them the answers it would give.
     baseline_answers: tuple[Completion, ...] | None = None
+    # A second clean run (the baseline's URL again, or an identical server): its difference from the baseline sets
+    # the near-tie tolerance (noise.py). Its prompts go in reverse order, so they meet other batches.
+    reference: Target | None = None
+    noise: Noise | None = None  # a measurement made earlier (the same model and servers): used instead of reference
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,12 +62,20 @@ class ValidationReport:
     candidate: TargetRun
     elapsed_s: float
     baseline_answers: tuple[Completion, ...] = ()  # in prompt order; for a later request's `baseline_answers`
+    noise: Noise | None = None  # where the near-tie tolerance came from (None: a given limit)
+    reference: TargetRun | None = None
+
+    @property
+    def regressions(self) -> tuple[str | None, ...]:
+        """Per prompt: why it is a regression on its own (None: it is not)."""
+        return prompt_regressions(self.comparisons, self.verdict.thresholds)
 
 
 def _run_target(phase: str, target: Target, request: ValidateRequest, model: Path,
-                progress: ProgressCallback | None) -> tuple[list[Completion], TargetRun]:
+                progress: ProgressCallback | None, *, is_reversed: bool = False) -> tuple[list[Completion], TargetRun]:
     start = time.monotonic()
     prompts = [e.prompt for e in request.dataset.examples]
+    prompts = prompts[::-1] if is_reversed else prompts
     total, done = len(prompts), [0]
 
     def on_done() -> None:
@@ -77,9 +90,9 @@ def _run_target(phase: str, target: Target, request: ValidateRequest, model: Pat
                   engine=request.engine) as deployment:
         settings = request.settings
         if target.config is not None and settings.model is None:  # launch serves the folder's name
-            from dataclasses import replace
             settings = replace(settings, model=model.name)
         completions = complete_all(deployment.url, prompts, settings, on_done)
+        completions = completions[::-1] if is_reversed else completions
         failed = [c.error for c in completions if c.error is not None]
         if failed and phase == "baseline":
             raise CouldNotRunError(f"baseline {target.label}: {len(failed)} of {total} prompts failed; first: "
@@ -100,14 +113,19 @@ def validate(request: ValidateRequest, progress: ProgressCallback | None = None)
         base, base_run = _run_target("baseline", request.baseline, request, model, progress)
     else:
         base, base_run = _given_answers(request)
+    noise, ref_run = request.noise, None
+    if noise is None and request.reference is not None:
+        ref, ref_run = _run_target("reference", request.reference, request, model, progress, is_reversed=True)
+        noise = measure(request.reference.label, base, ref)
     cand, cand_run = _run_target("candidate", request.candidate, request, model, progress)
-    tolerance = request.thresholds.near_tie_tolerance
-    comparisons = tuple(compare(i, ex, b, c, tolerance)
+    thresholds = request.thresholds if noise is None else replace(request.thresholds,
+                                                                  near_tie_tolerance=noise.tolerance)
+    comparisons = tuple(compare(i, ex, b, c, thresholds.near_tie_tolerance)
                         for i, (ex, b, c) in enumerate(zip(request.dataset.examples, base, cand)))
-    verdict = judge(summarize(comparisons), request.thresholds)
+    verdict = judge(summarize(comparisons), thresholds, comparisons)
     return ValidationReport(dataset=request.dataset.name, verdict=verdict, comparisons=comparisons,
                             baseline=base_run, candidate=cand_run, elapsed_s=time.monotonic() - start,
-                            baseline_answers=tuple(base))
+                            baseline_answers=tuple(base), noise=noise, reference=ref_run)
 
 
 def _given_answers(request: ValidateRequest) -> tuple[list[Completion], TargetRun]:

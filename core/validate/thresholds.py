@@ -20,6 +20,9 @@ class Thresholds:
     # A first difference where the top-2 logprob gap is under this is bf16 noise (launch's P/D check uses 0.02).
     near_tie_tolerance: float = 0.02
     max_failed_requests: float = 0  # prompts the candidate may refuse (HTTP errors) where the baseline answered
+    # Prompts that may each be a regression on their own (PromptComparison.regression); None: not checked. The
+    # random dataset checks it at 0: every prompt is judged, so "5 of 5 caught" means 5 prompts each failing.
+    max_regressed_prompts: float | None = None
 
 
 # For launch's tiny model, whose weights are random: its logits are nearly flat (top-2 gaps of one or two bf16
@@ -33,7 +36,7 @@ _FRACTIONS = ("max_accuracy_drop", "min_candidate_accuracy", "min_token_agreemen
 
 
 def _check(name: str, value: Any, where: str) -> float | None:
-    if value is None and name == "min_candidate_accuracy":
+    if value is None and name in ("min_candidate_accuracy", "max_regressed_prompts"):
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InputError(f"{where}: {name} must be a number, got {value!r}")

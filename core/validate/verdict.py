@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hybridserve.core.validate.metrics import Metrics
+from hybridserve.core.validate.metrics import Metrics, PromptComparison
 from hybridserve.core.validate.thresholds import Thresholds
 
 
@@ -54,7 +55,12 @@ class Verdict:
         return "regression: " + "; ".join(c.message for c in self.failures)
 
 
-def judge(metrics: Metrics, thresholds: Thresholds) -> Verdict:
+def prompt_regressions(comparisons: Sequence[PromptComparison], thresholds: Thresholds) -> tuple[str | None, ...]:
+    """Per prompt: why it is a regression on its own, or None."""
+    return tuple(c.regression(thresholds.max_logprob_drift) for c in comparisons)
+
+
+def judge(metrics: Metrics, thresholds: Thresholds, comparisons: Sequence[PromptComparison] = ()) -> Verdict:
     checks = [
         Check(metric="accuracy_drop", value=metrics.accuracy_drop, limit=thresholds.max_accuracy_drop,
               is_upper_limit=True),
@@ -65,6 +71,10 @@ def judge(metrics: Metrics, thresholds: Thresholds) -> Verdict:
     ]
     checks.append(Check(metric="failed_requests", value=float(metrics.num_failed_requests),
                         limit=thresholds.max_failed_requests, is_upper_limit=True))
+    if thresholds.max_regressed_prompts is not None:
+        regressed = sum(r is not None for r in prompt_regressions(comparisons, thresholds))
+        checks.append(Check(metric="regressed_prompts", value=float(regressed),
+                            limit=thresholds.max_regressed_prompts, is_upper_limit=True, is_required=True))
     if thresholds.min_candidate_accuracy is not None:
         checks.append(Check(metric="candidate_accuracy", value=metrics.candidate_accuracy,
                             limit=thresholds.min_candidate_accuracy, is_upper_limit=False))
