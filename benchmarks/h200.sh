@@ -174,8 +174,8 @@ validate() {  # the 60-layer model: P/D (0.3 of the GPU each role) judged agains
   local single=$started
   if healthy http://127.0.0.1:9200 "$(left 120)"; then
     run "$OUT/validate_60_layers.json" "$(left 20)" hybridserve validate --baseline http://127.0.0.1:9200 \
-      --candidate http://127.0.0.1:8000 --dataset random --prompt-len 8192 --prompt-len 32768 \
-      --timeout "$(left 25)" --json "$@"
+      --candidate http://127.0.0.1:8000 --reference http://127.0.0.1:9200 --model $M60 --dataset random \
+      --prompt-len 8192 --prompt-len 32768 --max-tokens 16 --timeout "$(left 25)" --json "$@"
     [ -n "$DRY" ] || tail -5 "$OUT/validate_60_layers.json.err"
   fi
   stop $single; stop $pd

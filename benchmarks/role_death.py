@@ -1,4 +1,7 @@
-"""What a client sees when a role dies, behind the project's proxy and behind vllm-router (tiny model, CPU, P/D).
+"""Measures `hybridserve launch --router` and the project's proxy when a role dies; feeds BENCHMARKS.md,
+"Role death behind the proxy and vllm-router, CPU".
+
+What a client sees when a role dies, behind the project's proxy and behind vllm-router (tiny model, CPU, P/D).
 
     flock /tmp/hs-servers.lock .venv/bin/python benchmarks/role_death.py [--kinds hybridserve vllm-router]
         [--base-port 19400] [--out benchmarks/results/role_death.json]

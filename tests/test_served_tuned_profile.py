@@ -127,3 +127,13 @@ def test_the_control_is_the_default_on_other_ports(tmp_path) -> None:
 def test_throughput_runs_pool_tokens_over_wall_time() -> None:
     runs = [{"prompt_tokens": 1000, "wall_s": 1.0}, {"prompt_tokens": 1000, "wall_s": 3.0}]
     assert bench.pooled(runs) == {"prompt_tokens": 2000, "wall_s": 4.0, "prefill_tok_per_s": 500.0}
+
+
+def test_the_kernel_script_has_its_two_modes_and_refuses_none() -> None:
+    kernels = _load("benchmarks/kernels_h200.py").parser()
+    tune = kernels.parse_args(["tune", "--out", "o", "--tp", "1", "2", "--backends", "flashqla"])
+    assert (tune.mode, tune.tp, tune.backends, tune.budget_s) == ("tune", [1, 2], ["flashqla"], 560.0)
+    cost = kernels.parse_args(["route-cost", "--profile", "p.yaml", "--out", "c.json"])
+    assert (cost.mode, cost.tp, cost.shapes) == ("route-cost", 2, ["1x1024", "1x8192", "4x4096"])
+    with pytest.raises(SystemExit):
+        kernels.parse_args(["--out", "o"])

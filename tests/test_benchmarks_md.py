@@ -1,0 +1,193 @@
+"""BENCHMARKS.md and benchmarks/ as a newcomer reads them: today's numbers first, each row's command and section
+real; scripts named for what they measure, each naming its command and section; the H200 runner's stages named,
+and each stage's commands (printed by its dry mode) naming scripts and CLI options that exist."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.main import get_command
+
+from hybridserve.cli.app import app
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXT = (ROOT / "BENCHMARKS.md").read_text()
+HEAD = TEXT.splitlines()[:40]
+RUNNER = ROOT / "benchmarks" / "h200.sh"
+HEADINGS = {line.lstrip("#").strip() for line in TEXT.splitlines() if line.startswith("#")}
+QUESTIONS = ("plan speed", "kernel choice", "transfer bench", "served P/D idle", "served P/D under load", "validate",
+             "CI time")
+# a name part that names a work item, not a measurement: issue13, gpu13, stage14, chain; run4 (a numbered run of a
+# measurement) and GPU models (h200) are names of what was measured
+WORK_ITEM = re.compile(r"^(issue|stage|step|item|task)\d+$|chain|^[a-z]+\d+$")
+MEASURED_NAMES = re.compile(r"^(run\d+[a-z]?|[abh]\d{3})$")
+
+
+def _rows() -> list[dict[str, str]]:
+    start = next(i for i, line in enumerate(HEAD) if line.startswith("| question |"))
+    names = [c.strip() for c in HEAD[start].strip("|").split("|")]
+    rows = []
+    for line in HEAD[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append(dict(zip(names, (c.strip() for c in line.strip("|").split("|")))))
+    return rows
+
+
+def _cli():  # noqa: ANN202 - typer's own click group (typer vendors click)
+    return get_command(app)
+
+
+def _parse_cli(argv: list[str]) -> None:
+    """Parse `hybridserve ARGV` as the app would, without running it: an unknown command or option raises."""
+    group = _cli()
+    ctx = group.context_class(group, info_name="hybridserve")
+    cmd, name, rest = group, "hybridserve", list(argv)
+    while hasattr(cmd, "commands"):
+        name, rest = rest[0], rest[1:]
+        cmd = cmd.get_command(ctx, name)
+        assert cmd is not None, f"hybridserve has no command {name!r}: {argv}"
+    cmd.make_context(name, rest, parent=ctx)
+
+
+def _stages() -> list[str]:
+    text = RUNNER.read_text()
+    body = text[text.index('case "$stage" in'):]
+    body = body[:body.index("\nesac")]
+    return [s for line in body.splitlines()[1:] if (m := re.match(r"\s*([\w|-]+)\)", line)) for s in m.group(1).split("|")]
+
+
+def test_the_first_40_lines_hold_the_current_numbers_table() -> None:
+    rows = _rows()
+    assert len(rows) >= len(QUESTIONS)
+    for question in QUESTIONS:
+        assert any(row["question"].startswith(question) for row in rows), question
+    for row in rows:
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}|pending", row["date"]), row
+        assert row["value"] and row["machine"], row
+        if row["date"] == "pending":
+            assert "pending H200 run of" in row["value"], row
+
+
+def test_each_rows_command_names_a_script_or_a_hybridserve_command_that_exists() -> None:
+    commands, stages = _cli().commands, _stages()
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.M))
+    for row in _rows():
+        named = 0
+        for piece in re.findall(r"`([^`]+)`", row["command"]):
+            for path in re.findall(r"(?:benchmarks|scripts)/[\w./-]+|\.ci/\w+", piece):
+                assert (ROOT / path).is_file(), (row["question"], path)
+                named += 1
+            if m := re.match(r"bash benchmarks/h200\.sh ([\w-]+)", piece):
+                assert m.group(1) in stages, (row["question"], piece)
+            if m := re.match(r"hybridserve ([\w-]+)(?: ([\w-]+))?", piece):
+                cmd = commands.get(m.group(1))
+                assert cmd is not None, (row["question"], piece)
+                if hasattr(cmd, "commands"):
+                    assert m.group(2) in cmd.commands, (row["question"], piece)
+                named += 1
+            if m := re.match(r"make ([\w-]+)", piece):
+                assert m.group(1) in targets, (row["question"], piece)
+                named += 1
+        assert named, f"row {row['question']!r} names no script or command: {row['command']}"
+
+
+def test_each_rows_details_is_a_section_and_history_lines_name_commits_that_exist() -> None:
+    for row in _rows():
+        assert row["details"] in HEADINGS, row
+    history = TEXT[TEXT.index("\n## History\n"):]
+    lines = [line for line in history.splitlines() if line.startswith("- ")]
+    assert lines
+    for line in lines:
+        commits = re.findall(r"\b([0-9a-f]{7,40})\b", line)
+        assert commits, line
+        for commit in commits:
+            done = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True)
+            assert done.returncode == 0, (commit, line)
+
+
+def test_no_file_under_benchmarks_is_named_for_a_work_item() -> None:
+    found = []
+    for path in (ROOT / "benchmarks").rglob("*"):
+        for part in path.relative_to(ROOT / "benchmarks").parts:
+            words = re.split(r"[_.-]", part.lower())
+            found += [str(path) for w in words if WORK_ITEM.search(w) and not MEASURED_NAMES.match(w)]
+    assert found == []
+    assert WORK_ITEM.search("gpu13") and WORK_ITEM.search("issue13") and WORK_ITEM.search("gpu_chain".split("_")[1])
+    assert MEASURED_NAMES.match("h200") and MEASURED_NAMES.match("run3b")
+
+
+def test_each_script_names_its_command_and_the_section_it_feeds() -> None:
+    scripts = sorted(p for p in (ROOT / "benchmarks").iterdir() if p.suffix in (".py", ".sh"))
+    assert scripts
+    for path in scripts:
+        head = " ".join(line.lstrip("# ") for line in path.read_text().splitlines()[:4])
+        m = re.search(r'BENCHMARKS\.md, "([^"]+)"', head)
+        assert m, f"{path.name}: its first lines name no BENCHMARKS.md section"
+        assert m.group(1) in HEADINGS, (path.name, m.group(1))
+        if path.suffix == ".py":
+            assert f"benchmarks/{path.name}" in path.read_text().split('"""')[1], f"{path.name}: no usage line"
+
+
+def test_no_runner_stage_is_a_single_letter_and_the_four_measurements_are_stages() -> None:
+    stages = _stages()
+    assert {"kernels", "transfer", "serve", "validate"} <= set(stages)
+    assert [s for s in stages if len(s) == 1] == [] and "*" not in stages
+
+
+def _dry(stage: str, *args: str, out: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, HYBRIDSERVE_DRY="1", OUT=str(out))
+    return subprocess.run(["bash", str(RUNNER), stage, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=30)
+
+
+@pytest.mark.parametrize("stage", [s for s in _stages() if s != "copy-bundle"])
+def test_each_stage_runs_scripts_and_cli_options_that_exist(stage, tmp_path) -> None:
+    done = _dry(stage, out=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    commands = [line.split(": ", 1)[1] for line in done.stdout.splitlines() if line.startswith(("run: ", "start: "))]
+    assert commands, done.stdout
+    assert list(tmp_path.iterdir()) == [], "a dry run wrote results"
+    for line in commands:
+        argv = shlex.split(line.rsplit(" > ", 1)[0])
+        while argv[0] == "env" or "=" in argv[0]:
+            argv = argv[1:]
+        if argv[0] == "hybridserve":
+            _parse_cli(argv[1:])
+        else:
+            assert argv[0] == "python3" and (ROOT / argv[1]).is_file(), line
+            if argv[1] == "benchmarks/kernels_h200.py":
+                _kernels_parser().parse_args(argv[2:])
+
+
+def _kernels_parser():  # noqa: ANN202
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("kernels_h200", ROOT / "benchmarks" / "kernels_h200.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.parser()
+
+
+def test_a_stage_passes_its_flags_on_and_a_wrong_stage_or_bundle_is_refused(tmp_path) -> None:
+    done = _dry("serve", "--out", "/x/y", out=tmp_path)
+    assert "benchmarks/served_pd.py --out /x/y" in done.stdout
+    assert "--tp 1 2" in _dry("kernels", "--tp", "1", "2", out=tmp_path).stdout
+    wrong = _dry("k", out=tmp_path)
+    assert wrong.returncode == 2 and "kernels" in wrong.stdout and "'k'" in wrong.stdout
+    assert _dry("copy-bundle", "wheels", str(tmp_path), out=tmp_path).returncode == 2
+    assert _dry("copy-bundle", "nixl", str(tmp_path / "absent"), out=tmp_path).returncode == 2
+    assert f"copy: {tmp_path} -> /tmp/nxstash" in _dry("copy-bundle", "nixl", str(tmp_path), out=tmp_path).stdout
+
+
+def test_the_cli_parser_check_catches_a_typo() -> None:
+    _parse_cli(["transfer", "bench", "-m", "qwen3.5-0.8b", "--memory", "vram", "--json"])
+    with pytest.raises(Exception, match="No such option: --memroy"):
+        _parse_cli(["transfer", "bench", "-m", "qwen3.5-0.8b", "--memroy", "vram"])
+    with pytest.raises(AssertionError):
+        _parse_cli(["benchh", "--json"])
