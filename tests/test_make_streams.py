@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _slow_files() -> list[str]:
-    text = (ROOT / "Makefile").read_text()
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")  # make joins continued lines
     return re.search(r"^SLOW_FILES\s*:=\s*(.+)$", text, flags=re.M).group(1).split()
 
 
