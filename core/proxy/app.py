@@ -20,6 +20,7 @@ from hybridserve.core.proxy import hops, streaming
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
+from hybridserve.core.vllm_plugin import timeline
 
 
 def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
@@ -27,6 +28,8 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
     prefill_pool = EndpointPool("prefill", config.prefill_urls, config.policy)
     decode_pool = EndpointPool("decode", config.decode_urls, config.policy)
     metrics = ProxyMetrics()
+    if timeline.path_from_env() is not None:  # HYBRIDSERVE_TIMELINE_FILE: the hop events of each request
+        timeline.open_file(timeline.path_from_env())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
@@ -48,10 +51,14 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
             return JSONResponse({"error": {"message": "request body must be a JSON object", "code": 400}}, 400)
         headers = {"X-Request-Id": request.headers.get("x-request-id") or uuid.uuid4().hex}
         client: httpx.AsyncClient = request.app.state.client
+        rid = headers["X-Request-Id"]
         try:
+            timeline.emit("hop1_start", rid)
             kv_params = await _timed(metrics, "prefill", _prefill(client, prefill_pool, path, body, headers))
+            timeline.emit("hop1_end", rid)
             if body.get("stream"):
                 return await _decode_stream(client, decode_pool, path, body, kv_params, headers, metrics)
+            timeline.emit("hop2_start", rid)
             answer = await _timed(metrics, "decode", _decode(client, decode_pool, path, body, kv_params, headers))
         except hops.HopError as err:
             metrics.requests[err.outcome] += 1
@@ -111,6 +118,7 @@ async def _decode_stream(client: httpx.AsyncClient, pool: EndpointPool, path: st
                          headers: dict, metrics: ProxyMetrics) -> StreamingResponse:
     url = pool.pick()
     pool.outstanding[url] += 1
+    timeline.emit("hop2_start", headers["X-Request-Id"])
     try:
         request = client.build_request("POST", f"{url}{path}", json=hops.decode_body(body, kv), headers=headers)
         response = await client.send(request, stream=True)
@@ -127,9 +135,12 @@ async def _decode_stream(client: httpx.AsyncClient, pool: EndpointPool, path: st
         raise hops.status_error("decode", url, response.status_code, text)
 
     async def events():  # noqa: ANN202
-        failed = finished = False
+        failed = finished = stamped = False
         try:
             async for chunk in streaming.relay(response, url):
+                if not stamped:
+                    timeline.emit("hop2_first_byte", headers["X-Request-Id"])
+                    stamped = True
                 failed = failed or chunk.startswith(b"data: {\"error\"")
                 yield chunk
             finished = True

@@ -10,12 +10,14 @@ subprocess). One module per fix; each is off unless `hybridserve launch` set its
 - cpu_conv_layout: repacks the CPU causal-conv input that would otherwise kill the engine (always on).
 - transfer_log: one decode-side log line per request whose KV + GDN state arrived over NIXL (always on).
 - gdn_dispatch: routes each GDN prefill batch to a tuned profile's winner (`launch --tuned-profile`).
+- timeline: one JSON line per P/D request event into HYBRIDSERVE_TIMELINE_FILE (off unless it is set).
 """
 
 from __future__ import annotations
 
 from hybridserve.core.vllm_plugin import (
-    async_scheduling, cpu_affinity, cpu_conv_layout, faults, nixl_progress, settings, torchvision_shim, transfer_log,
+    async_scheduling, cpu_affinity, cpu_conv_layout, faults, nixl_progress, settings, timeline, torchvision_shim,
+    transfer_log,
 )
 from hybridserve.core.vllm_plugin.log import logger
 
@@ -29,6 +31,8 @@ def register() -> None:
     transfer_log.install()
     cpu_conv_layout.install()
     faults.install_from_env()  # validate's fault injection: off unless HYBRIDSERVE_FAULT(_FILE) is set
+    if timeline.path_from_env() is not None:
+        timeline.install(timeline.path_from_env())
     if config.keep_async_scheduling:
         async_scheduling.install_keep_async()
     if config.nixl_progress_delay_us is not None:
