@@ -94,8 +94,12 @@ def test_odd_values_are_refused_in_one_line_or_accepted(case, data, files, monke
     (["verify", "--backend", "torch", "--head-dim", "0"], "--head-dim 0: accepted: 1 or more"),
     (["validate", "--thresholds", "{binary}"], "--thresholds {binary}: not a UTF-8 text file"),
     (["launch", "--role", "all", "--dry-run", "--max-model-len", "0"], "Invalid value for '--max-model-len': Input should be greater than or equal to 1"),
+    # plan's served model (core/layout/served.py) lists block ids: 2**63 overflowed range(), so both are bounded
+    (["plan", "-m", "qwen3.5-0.8b", "--num-speculative-tokens", str(2**63)],
+     f"--num-speculative-tokens {2**63}: accepted: 0-1048576"),
+    (["plan", "-m", "qwen3.5-0.8b", "--prompt-len", str(2**63)], f"--prompt-len {2**63}: accepted: 1-1048576 tokens"),
 ], ids=["base-port-65500", "base-port-minus-1", "dry-run-70000", "head-dim-0", "binary-thresholds",
-        "max-model-len-0"])
+        "max-model-len-0", "plan-spec-tokens-2**63", "plan-prompt-len-2**63"])
 def test_the_reported_inputs_are_refused_in_one_line(args, message, files, monkeypatch, capsys):
     """The newcomer's traceback inputs, through the console entry point (one line on stderr, exit 2)."""
     import sys

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 from hybridserve.core.layout.capacity import Capacity, MemoryBudget, plan_capacity
 from hybridserve.core.layout.descriptors import Scheme, TransferCost, transfer_cost
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.layout.rank_layout import LayoutRequest, RankLayout, plan_layout
+from hybridserve.core.layout.rank_layout import MAX_CONTEXT_TOKENS, LayoutRequest, RankLayout, plan_layout
 from hybridserve.core.layout.served import ServedScenario, mean_served_runs
 
 
@@ -40,8 +40,8 @@ class Plan:
 
 def make_plan(request: PlanRequest) -> Plan:
     for n in request.prompt_tokens:
-        if n < 1:
-            raise InputError(f"--prompt-len {n}: accepted: a positive number of tokens")
+        if not 1 <= n <= MAX_CONTEXT_TOKENS:
+            raise InputError(f"--prompt-len {n}: accepted: 1-{MAX_CONTEXT_TOKENS} tokens")
     if request.num_runs < 1:
         raise InputError(f"--runs {request.num_runs}: accepted: 1 or more contiguous runs")
     prefill = plan_layout(request.layout)

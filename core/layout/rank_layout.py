@@ -12,6 +12,10 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.groups import GroupLayout, group_layers
 from hybridserve.core.model.spec import LayerKind, ModelSpec
 
+# The longest context plan takes, in tokens: Qwen3.5's 1,010,000 with YaRN fits (validate's random prompts take
+# the same). A request beyond it fits no vLLM --max-model-len of these models, and served.py lists its block ids.
+MAX_CONTEXT_TOKENS = 1 << 20
+
 
 @dataclass(frozen=True, kw_only=True)
 class CacheDtypes:
@@ -143,7 +147,8 @@ def _check(request: LayoutRequest) -> None:
                 raise InputError(f"--tp {tp}: does not divide {model.name}'s {n} {what}")
     if request.block_size is not None and (request.block_size < 1 or request.block_size % 16):
         raise InputError(f"--block-size {request.block_size}: accepted: a positive multiple of 16")
-    if request.num_speculative_tokens < 0:
-        raise InputError(f"--num-speculative-tokens {request.num_speculative_tokens}: accepted: 0 or more")
+    if not 0 <= request.num_speculative_tokens <= MAX_CONTEXT_TOKENS:
+        raise InputError(f"--num-speculative-tokens {request.num_speculative_tokens}: accepted: "
+                         f"0-{MAX_CONTEXT_TOKENS} (drafted tokens sit in the context)")
     if LayerKind.LINEAR_ATTENTION in model.layer_kinds and not request.hybrid_allocator:
         raise InputError("--no-hybrid-allocator: GDN models need vLLM's hybrid KV cache manager")
