@@ -65,9 +65,9 @@ def endpoints(log: Path, proc: subprocess.Popen, deadline: float) -> dict:
     raise RuntimeError(f"launch ({log.name}) not healthy before the deadline")
 
 
-def kv_sized(run_dir: Path, deadline: float) -> None:
-    """Wait until both P/D engine logs say their KV cache is sized (or the deadline)."""
-    while time.time() < deadline:
+def kv_sized(run_dir: Path, launch_log: Path, deadline: float) -> None:
+    """Wait until both P/D engine logs say their KV cache is sized, P/D is healthy, or the deadline."""
+    while time.time() < deadline and not launch_log.read_text().strip().endswith("}"):
         logs = list(run_dir.glob("*/*-0.log"))
         if len(logs) >= 2 and all(KV_SIZED in p.read_text(errors="replace") for p in logs):
             return
@@ -123,7 +123,7 @@ def main() -> None:
     single = None
     try:
         if not a.together:
-            kv_sized(run_dir / "all", min(deadline, time.time() + 400))
+            kv_sized(run_dir / "all", a.out / f"launch_pd_{a.label}.out", min(deadline, time.time() + 400))
         single = start("single", 9000, prof, share_single, run_dir, a.out / f"launch_single_{a.label}.out", env,
                        deadline - time.time())
         pd_info = endpoints(a.out / f"launch_pd_{a.label}.out", pd, deadline)

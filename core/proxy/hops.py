@@ -5,7 +5,6 @@ Every failure becomes a HopError that names the role, the server and why; the ap
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import httpx
@@ -48,7 +47,9 @@ def status_error(role: str, url: str, status: int, text: str) -> HopError:
 
 
 def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(body)
+    """The prefill hop's body. Shallow copies: only top-level keys change, and the prompt (32k token ids) is shared,
+    not copied (a deep copy of a 32k-id prompt took 8.8 ms a hop here, twice per request, P/D only)."""
+    out = dict(body)
     out.update(max_tokens=1, stream=False, kv_transfer_params=dict(PREFILL_KV_PARAMS))
     if "max_completion_tokens" in out:
         out["max_completion_tokens"] = 1
@@ -58,7 +59,7 @@ def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def decode_body(body: dict[str, Any], kv_transfer_params: dict[str, Any]) -> dict[str, Any]:
-    out = copy.deepcopy(body)
+    out = dict(body)
     out["kv_transfer_params"] = kv_transfer_params
     return out
 
