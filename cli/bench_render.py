@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hybridserve.core.bench.client_stats import ClientSummary
-from hybridserve.core.bench.prediction import Prediction
+from hybridserve.core.bench.prediction import FIRST_REQUEST, FRESH_ASSUMPTION, Prediction
 from hybridserve.core.bench.run import BenchReport, PhaseResult
 from hybridserve.core.bench.server_metrics import NixlStats
 
@@ -48,8 +48,7 @@ def _nixl_rows(stats: NixlStats | None, num_ok: int, plan: Prediction | None) ->
     per_request = stats.num_transfers / num_ok if num_ok else None
     rows = [("NIXL transfers (per answered request)", f"{stats.num_transfers} ({_num(per_request)})",
              "-" if plan is None else f"{plan.num_reads}"),
-            ("descriptors / transfer", _num(stats.mean_descriptors, 1),
-             "-" if plan is None else f"{plan.descriptors:,.1f}" + ("" if plan.is_served_count else " (ids)")),
+            ("descriptors / transfer", _num(stats.mean_descriptors, 1), _plan_descriptors(plan)),
             ("post ms / transfer", _ms(stats.mean_post_s), ""),
             ("transfer ms mean / p50 (buckets)", f"{_ms(stats.mean_xfer_s)} / {_ms(stats.p50_xfer_s)}", ""),
             ("MB / transfer", _num(None if stats.mean_bytes is None else stats.mean_bytes / 1e6, 3),
@@ -58,7 +57,27 @@ def _nixl_rows(stats: NixlStats | None, num_ok: int, plan: Prediction | None) ->
     if plan is not None and plan.unmerged_descriptors is not None:
         rows.insert(2, ("descriptor ids (unmerged) / fragmented bound", "",
                         f"{plan.unmerged_descriptors:,.0f} / {_num(plan.fragmented_descriptors, 0)}"))
+    if plan is not None and plan.basis != FIRST_REQUEST:
+        rows.insert(2, ("plan's descriptor basis", "", _plan_basis(plan)))
     return rows
+
+
+def _plan_descriptors(plan: Prediction | None) -> str:
+    """The plan cell beside the served mean: one value, or a range where the block ids are not followed."""
+    if plan is None:
+        return "-"
+    if plan.is_range:
+        return f"{plan.descriptors:,.1f} - {plan.descriptors_max:,.1f} (range)"
+    flags = ([] if plan.is_served_count else ["ids"]) + ([FRESH_ASSUMPTION] if plan.basis == FRESH_ASSUMPTION else [])
+    return f"{plan.descriptors:,.1f}" + (f" ({', '.join(flags)})" if flags else "")
+
+
+def _plan_basis(plan: Prediction) -> str:
+    if plan.is_range:
+        return "range: a fresh server's first request to a run per block"
+    if plan.fresh_descriptors is None:
+        return plan.basis
+    return f"{plan.basis} (first request on a fresh server: {plan.fresh_descriptors:,.1f})"
 
 
 def render(console: Console, report: BenchReport) -> None:

@@ -82,7 +82,8 @@ class BenchReport:
     seed: int
     prompt_seed: int
     phases: tuple[PhaseWork, ...]
-    predictions: tuple[Prediction | None, ...]  # per phase, over its requests and probes (each makes a transfer)
+    predictions: tuple[Prediction | None, ...]  # per phase, over its requests and probes (each makes a transfer),
+    #                                             idle phases from the deployment's history in this run
     probe_predictions: tuple[Prediction | None, ...]
     targets: tuple[TargetResult, ...]
     elapsed_s: float
@@ -126,9 +127,10 @@ def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> Be
     return BenchReport(
         model=str(model or (served.root if served else "?")), vocabulary=found["vocabulary"], seed=request.seed,
         prompt_seed=prompt_seed, phases=works,
-        predictions=tuple(predictor.predict(w.all_input_lens) if predictor else None for w in works),
-        probe_predictions=tuple(predictor.predict((w.spec.probe.input_tokens,)) if predictor and w.spec.probe
-                                else None for w in works),
+        predictions=tuple(predictor.predict_phases(works, is_started=_started_deployment(request)) if predictor
+                          else (None,) * len(works)),
+        probe_predictions=tuple(predictor.predict_range((w.spec.probe.input_tokens,), "probes run beside the load")
+                                if predictor and w.spec.probe else None for w in works),
         targets=tuple(results), elapsed_s=time.monotonic() - start)
 
 
@@ -156,6 +158,12 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
                        for i, (work, drawn) in enumerate(zip(works, prompts.get(found["vocabulary"]))))
     return TargetResult(role=target.role, label=target.target.label, url=deployment.url, metrics_urls=urls,
                         run_dir=deployment.run_dir, phases=phases, elapsed_s=time.monotonic() - begun)
+
+
+def _started_deployment(request: BenchRequest) -> bool:
+    """Whether bench started the deployment it predicts for (fresh, then only this run's phases in order); a URL's
+    history before the run is unknown."""
+    return any(t.role == "deployment" and t.target.config is not None for t in request.targets)
 
 
 def _starts_any(request: BenchRequest) -> bool:

@@ -17,6 +17,7 @@ they keep (an approximation: vLLM frees the skipped ones during prefill).
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hybridserve.core.layout.descriptors import blocks_kept, moved_tokens
@@ -96,3 +97,22 @@ def mean_served_runs(prefill: RankLayout, decode: RankLayout, prompt_tokens: tup
     measured = sequence[scenario.num_warmup:]
     return {n: sum(r for r, m in zip(runs, measured, strict=True) if m == n) / measured.count(n)
             for n in dict.fromkeys(prompt_tokens)}
+
+
+def runs_of_requests(prefill: RankLayout, decode: RankLayout, requests: Sequence[tuple[int, int]]) -> list[int]:
+    """Attention runs of each (prompt tokens, output tokens) request, sent one at a time in this order to a fresh
+    prefill and a fresh decode server: `served_runs` with each request's own output length (decode's attention
+    grows by it before the request frees its blocks, so it moves where the next request's ids start)."""
+    pools = FreeBlockQueue(), FreeBlockQueue()
+    out = []
+    for prompt, output in requests:
+        tokens = moved_tokens(decode, prompt)
+        p_ids = [pools[0].take(n) for n in _group_counts(prefill, tokens)]
+        d_ids = [pools[1].take(n) for n in _group_counts(decode, tokens)]
+        out.append(attention_runs(decode, p_ids, d_ids))
+        for i, g in enumerate(decode.groups.groups):
+            if g.kind.is_attention:
+                d_ids[i] += pools[1].take(max(0, blocks_kept(decode, g, tokens + output) - len(d_ids[i])))
+        pools[0].free(p_ids)
+        pools[1].free(d_ids)
+    return out
