@@ -88,7 +88,7 @@ def test_refuses_port_given_twice():
 ], ids=["prefill-nixl", "decode-vllm", "proxy-fastapi"])
 def test_refuses_missing_extra(role, missing, extra):
     plan = make_launch_plan(_topology(), role)
-    with pytest.raises(MissingExtraError, match=rf"needs '{missing}': install it with  pip install 'hybridserve\[{extra}\]'"):
+    with pytest.raises(MissingExtraError, match=rf"needs '{missing}': install it with  pip install '[^']*\[{extra}\]'"):
         preflight(plan, is_module_available=lambda m: m != missing, is_port_free=lambda _h, _p: True)
 
 

@@ -15,7 +15,9 @@ class MissingExtraError(HybridserveError):
     """An optional dependency is missing: the message says which extra to install (exit 2)."""
 
     def __init__(self, module: str, extra: str, purpose: str) -> None:
-        super().__init__(f"{purpose} needs '{module}': install it with  pip install 'hybridserve[{extra}]'")
+        from hybridserve.core.common.install_hint import install_command
+
+        super().__init__(f"{purpose} needs '{module}': install it with  {install_command(extra)}")
 
 
 class CouldNotRunError(HybridserveError):
