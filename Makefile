@@ -21,9 +21,9 @@ $(STAMP):
 	# (BENCHMARKS.md, CI). No compile step in either: the compileall step below uses every core.
 	$(PIP) install -q --no-compile torch==2.13.0 uv==0.13.9
 	$(UV) install -q -e '.[cpu,dev]'
-	# the `nixl` import name without its dependencies: the cpu extra already holds the one NIXL build it loads
-	$(UV) install -q --no-deps nixl==1.5.1
-	# PyPI's torchaudio/torchcodec are CUDA builds that crash `import vllm` beside CPU torch
+	# PyPI's torchaudio/torchcodec are CUDA builds that do not load beside CPU torch. A pip user keeps them (launch's
+	# servers treat them as absent: core/vllm_plugin/unloadable_extensions.py); here they go, so that the tests that
+	# import vLLM in-process do not meet them either.
 	$(UV) uninstall -q torchaudio torchcodec || true
 	# Bytecode for every installed module, written once now (281 MB of source, 23 s on 2 cores). Under
 	# PYTHONDONTWRITEBYTECODE=1 (set on the CI box) Python never writes it on import, so each of a vLLM server's
@@ -54,7 +54,7 @@ demo: $(STAMP)
 # Files whose every test is slow: the no-server stream does not even import them (each xdist worker would import
 # vLLM and NIXL for them: collection 6.3 s -> 3.3 s a process). A slow test elsewhere is still deselected by -m.
 SLOW_FILES := test_validate_pd test_bench_served test_launch_pd test_gdn_dispatch_server test_transfer_nixl test_transfer_failures \
-  test_multihost_netns
+  test_multihost_netns test_validate_random_pd
 
 test: $(STAMP)
 	@mkdir -p runs

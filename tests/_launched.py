@@ -61,20 +61,21 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
-def topology_yaml(fault_file: Path, model: Path = RECALL_MODEL_DIR, max_model_len: int = 4096) -> str:
+def topology_yaml(fault_file: Path, model: Path = RECALL_MODEL_DIR, max_model_len: int = 4096,
+                  proxy_timeout_s: int = 30) -> str:
     p, d = "127.0.0.2", "127.0.0.3"
     return (f"model: {model}\ndevice: cpu\nengine: {{async_scheduling: true, max_model_len: {max_model_len}}}\n"
             f"prefill:\n  - {{host: {p}, port: {_free_port(p)}, side_channel_port: {_free_port(p)}, devices: [0]}}\n"
             f"decode:\n  - {{host: {d}, port: {_free_port(d)}, side_channel_port: {_free_port(d)}, "
             f"devices: [{max(0, (os.cpu_count() or 1) - 1)}], env: {{{FAULT_FILE_ENV}: '{fault_file}'}}}}\n"
-            f"proxy: {{host: 127.0.0.1, port: {_free_port('127.0.0.1')}, timeout_s: 30}}\n")
+            f"proxy: {{host: 127.0.0.1, port: {_free_port('127.0.0.1')}, timeout_s: {proxy_timeout_s}}}\n")
 
 
-def launch_all(tmp: Path, model: Path = RECALL_MODEL_DIR, max_model_len: int = 4096):
+def launch_all(tmp: Path, model: Path = RECALL_MODEL_DIR, max_model_len: int = 4096, proxy_timeout_s: int = 30):
     """Start `launch --role all` in `tmp`; yields the Launched deployment, stops it on the way out."""
     fault_file = tmp / "fault"
     fault_file.write_text("")
-    (tmp / "topology.yaml").write_text(topology_yaml(fault_file, model, max_model_len))
+    (tmp / "topology.yaml").write_text(topology_yaml(fault_file, model, max_model_len, proxy_timeout_s))
     out, err = open(tmp / "launch.out", "w+"), open(tmp / "launch.err", "w+")
     launcher = subprocess.Popen([*LAUNCH, "--topology", str(tmp / "topology.yaml"), "--role", "all", "--json",
                                  "--run-dir", str(tmp / "runs"), "--timeout", str(START_TIMEOUT_S)],

