@@ -125,11 +125,11 @@ def servers():
         thread.join(timeout=10)
 
 
-def cli(servers, candidate, tmp_path):
+def cli(servers, candidate, tmp_path, *, as_json=True):
     (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 64}))
     return runner.invoke(app, ["validate", "--baseline", servers["base"], "--candidate", servers[candidate],
                                "--reference", servers["ref"], "--dataset", "random", "--prompt-len", "20", "31",
-                               "--num-prompts", "2", "--model", str(tmp_path), "--json"])
+                               "--num-prompts", "2", "--model", str(tmp_path), *(["--json"] if as_json else [])])
 
 
 def test_cli_forgives_flips_below_the_measured_tolerance(servers, tmp_path):
@@ -140,6 +140,8 @@ def test_cli_forgives_flips_below_the_measured_tolerance(servers, tmp_path):
     assert [p["prompt_tokens"] for p in report["prompts"]] == [20, 20, 31, 31]
     assert [p["first_divergence"] for p in report["prompts"]] == [1, 1, None, None]
     assert all(p["is_near_tie"] for p in report["prompts"][:2]) and report["metrics"]["near_tie_share"] == 1.0
+    table = cli(servers, "tie", tmp_path, as_json=False)
+    assert table.exit_code == 0 and "per prompt" in table.stdout and "measured" in table.stdout, table.output
 
 
 def test_cli_fails_each_prompt_with_a_clear_flip(servers, tmp_path):
