@@ -84,6 +84,45 @@ def bench(args: list[str], out: Path, timeout_s: float) -> dict:
             "error": None if result else done.stderr[-1500:]}
 
 
+def plan_by_history(prof: dict, sent: list[tuple[str, list[tuple[int, int]]]]) -> dict:
+    """plan's served descriptor count per idle phase, following every request these fresh servers served in order
+    (warm-up included): each bench call predicts as if its phase came first, which after the warm-up is not so."""
+    from hybridserve.core.bench.prediction import Predictor
+    from hybridserve.core.launch.topology import Device, EngineOptions
+    from hybridserve.core.layout.served import runs_of_requests
+
+    flags = dict(zip(prof["launch"][::2], prof["launch"][1::2]))
+    engine = EngineOptions(max_model_len=int(flags["--max-model-len"]),
+                           gdn_prefill_backend=flags.get("--gdn-prefill-backend"),
+                           is_enforce_eager="--enforce-eager" in prof["launch"])
+    model = prof["model"] or str(ROOT / "profiles/tiny-qwen3.5-recall")
+    pred = Predictor(Path(model), device=Device.parse(flags["--device"]), engine=engine)
+    runs = runs_of_requests(pred.prefill, pred.decode, [r for _, reqs in sent for r in reqs])
+    out, start = {}, 0
+    for name, reqs in sent:
+        costs = pred._costs([n for n, _ in reqs], runs[start:start + len(reqs)])
+        start += len(reqs)
+        out[name] = sum(c.served_descriptors for c in costs) / len(costs) / costs[0].num_reads
+    return out
+
+
+def validate(prof: dict, pd_url: str, single_url: str, lengths: list[int], out: Path, timeout_s: float) -> dict:
+    """validate --dataset random against the same servers: P/D judged against one server, whose second run (the
+    reference) measures the near-tie tolerance."""
+    argv = [*CLI, "validate", "--baseline", single_url, "--candidate", pd_url, "--reference", single_url,
+            "--dataset", "random", *[f"--prompt-len={n}" for n in lengths], "--max-tokens", "16", "--json"]
+    if prof["model"]:
+        argv += ["--model", prof["model"]]
+    started = time.time()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=max(5, timeout_s))
+    except subprocess.TimeoutExpired:
+        return {"argv": argv[3:], "rc": None, "error": "timed out"}
+    out.write_text(done.stdout)
+    Path(f"{out}.err").write_text(done.stderr[-20000:])
+    return {"argv": argv[3:], "rc": done.returncode, "wall_s": round(time.time() - started, 1)}
+
+
 def stop(proc: subprocess.Popen) -> None:
     from hybridserve.core.launch.process import stop_group
 
@@ -100,6 +139,8 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=None,
                    help="wall seconds for everything (default: until $DEADLINE, epoch s, less 15 s; else 530)")
     p.add_argument("--skip-load", action="store_true")
+    p.add_argument("--validate-len", type=int, nargs="*", default=[], metavar="TOKENS",
+                   help="then validate --dataset random at these prompt lengths against the same servers")
     a = p.parse_args()
     if a.out is None:
         p.error("--out: a results folder (or set $OUT)")
@@ -136,9 +177,11 @@ def main() -> None:
         single_info = endpoints(a.out / f"launch_single_{a.label}.out", single, deadline)
         report["single_healthy_s"] = round(time.time() - t0, 1)
         pd_url, single_url = pd_info["endpoints"]["proxy"], next(iter(single_info["endpoints"].values()))
-        common = ["--deployment", pd_url, "--baseline", single_url, "--output-len", str(prof["output_len"])]
-        if prof["model"]:
-            common += ["--model", prof["model"]]
+        # the launch flags go to bench too: its prediction builds the layouts the servers were started with
+        common = ["--deployment", pd_url, "--baseline", single_url, "--output-len", str(prof["output_len"]),
+                  *prof["launch"]]
+        out_len = prof["output_len"]
+        sent: list[tuple[str, list[tuple[int, int]]]] = [("warm", [(256, out_len)] * 2)]
         bench([*common, "--input-len", "256", "--num-requests", "2"], a.out / f"bench_warm_{a.label}.json",
               deadline - time.time())  # NIXL handshake and first-call costs, not counted
         for length in prof["idle"]:
@@ -146,9 +189,14 @@ def main() -> None:
             report["phases"][name] = bench([*common, "--input-len", str(length), "--num-requests",
                                             str(prof["idle_requests"])], a.out / f"bench_{name}_{a.label}.json",
                                            deadline - time.time() - 10)
+            sent.append((name, [(length, out_len)] * prof["idle_requests"]))
+        report["plan_by_history"] = plan_by_history(prof, sent)
         if not a.skip_load:
             report["phases"]["load"] = bench([*common, *prof["load"]], a.out / f"bench_load_{a.label}.json",
                                              deadline - time.time() - 10)
+        if a.validate_len:
+            report["validate"] = validate(prof, pd_url, single_url, a.validate_len,
+                                          a.out / f"validate_{a.label}.json", deadline - time.time() - 10)
     except Exception as exc:  # noqa: BLE001 (the report says what failed; the servers still stop)
         report["error"] = f"{type(exc).__name__}: {exc}"
     finally:
@@ -164,7 +212,8 @@ def main() -> None:
     (a.out / f"served_pd_{a.label}.json").write_text(json.dumps(report, indent=1))
     for name, gaps in report["timeline"].items():
         print(name, json.dumps({g["gap"]: g["p50_ms"] for g in gaps["gaps"]}))
-    print(json.dumps({k: report.get(k) for k in ("label", "pd_healthy_s", "single_healthy_s", "wall_s", "error")}))
+    print(json.dumps({k: report.get(k) for k in ("label", "pd_healthy_s", "single_healthy_s", "wall_s", "error",
+                                                 "plan_by_history", "validate")}))
     sys.exit(1 if report.get("error") else 0)
 
 
