@@ -10,14 +10,15 @@ subprocess). One module per fix; each is off unless `hybridserve launch` set its
 - cpu_conv_layout: repacks the CPU causal-conv input that would otherwise kill the engine (always on).
 - transfer_log: one decode-side log line per request whose KV + GDN state arrived over NIXL (always on).
 - gdn_dispatch: routes each GDN prefill batch to a tuned profile's winner (`launch --tuned-profile`).
+- nixl_poll: a decode-side NIXL READ completion poller and a late per-step poll (off unless HYBRIDSERVE_NIXL_POLL=1).
 - timeline: one JSON line per P/D request event into HYBRIDSERVE_TIMELINE_FILE (off unless it is set).
 """
 
 from __future__ import annotations
 
 from hybridserve.core.vllm_plugin import (
-    async_scheduling, cpu_affinity, cpu_conv_layout, faults, nixl_progress, settings, timeline, torchvision_shim,
-    transfer_log,
+    async_scheduling, cpu_affinity, cpu_conv_layout, faults, nixl_poll, nixl_progress, settings, timeline,
+    torchvision_shim, transfer_log,
 )
 from hybridserve.core.vllm_plugin.log import logger
 
@@ -33,6 +34,8 @@ def register() -> None:
     faults.install_from_env()  # validate's fault injection: off unless HYBRIDSERVE_FAULT(_FILE) is set
     if timeline.path_from_env() is not None:
         timeline.install(timeline.path_from_env())
+    if nixl_poll.poll_us_from_env() is not None:  # HYBRIDSERVE_NIXL_POLL=1: decode sees READ completions on time
+        nixl_poll.install(nixl_poll.poll_us_from_env())
     if config.keep_async_scheduling:
         async_scheduling.install_keep_async()
     if config.nixl_progress_delay_us is not None:
