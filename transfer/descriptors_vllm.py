@@ -153,8 +153,13 @@ def prepared_read(local: Side, remote: Side, blocks: RequestBlocks) -> ReadDescr
     remote_ids, _ = desc_ids(remote.layout, remote.num_blocks, blocks.prefill)
 
     def chosen(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """The rows the ids name. An id past the prepared list (a block id the side never registered) keeps its
+        index, which NIXL's make_prepped_xfer refuses, and gets address 0, which no registered region holds, so
+        the range check names it too."""
         out = np.ones((len(ids), 5), dtype=np.uint64)
-        out[:, :3] = rows[ids]
+        outside = ids >= len(rows)
+        out[:, :3] = rows[np.where(outside, 0, ids)]
+        out[outside, 0] = 0
         out[:, 3] = out[:, 1]
         return out
 
