@@ -70,6 +70,13 @@ start() {
 }
 stop() { [ -n "$DRY" ] || { kill -INT "$1" 2> /dev/null; wait "$1"; }; }
 
+# pack: every result under $OUT into one archive, $OUT/results.tgz (the device returns at most 8 files a call: the
+# serve run of 2026-12-02 lost its validate JSON and timeline that way)
+pack() {
+  [ -n "$DRY" ] && { echo "pack: $OUT/results.tgz"; return 0; }
+  tar czf /tmp/results.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/results.tgz "$OUT/results.tgz"
+}
+
 # healthy URL SECONDS: wait for URL/health
 healthy() {
   if [ -n "$DRY" ]; then echo "wait: $1/health"; return 0; fi
@@ -159,6 +166,7 @@ serve() {  # the 60-layer model: P/D against one server, idle 1k/8k/32k and unde
   model_60_layers
   run "$OUT/served_pd.out" "$(left 10)" python3 benchmarks/served_pd.py "$@"
   [ -n "$DRY" ] || tail -40 "$OUT/served_pd.out"
+  pack
 }
 
 validate() {  # the 60-layer model: P/D (0.3 of the GPU each role) judged against one server (0.3) by URL
