@@ -74,19 +74,7 @@ def request_sequence(prompt_tokens: tuple[int, ...], scenario: ServedScenario) -
 
 def served_runs(prefill: RankLayout, decode: RankLayout, sequence: list[int], *, output_tokens: int) -> list[int]:
     """Attention runs of each request of `sequence` on a fresh prefill and a fresh decode server."""
-    pools = FreeBlockQueue(), FreeBlockQueue()
-    out = []
-    for prompt in sequence:
-        tokens = moved_tokens(decode, prompt)
-        p_ids = [pools[0].take(n) for n in _group_counts(prefill, tokens)]
-        d_ids = [pools[1].take(n) for n in _group_counts(decode, tokens)]
-        out.append(attention_runs(decode, p_ids, d_ids))
-        for i, g in enumerate(decode.groups.groups):  # decode's attention grows with the output tokens
-            if g.kind.is_attention:
-                d_ids[i] += pools[1].take(max(0, blocks_kept(decode, g, tokens + output_tokens) - len(d_ids[i])))
-        pools[0].free(p_ids)
-        pools[1].free(d_ids)
-    return out
+    return runs_of_requests(prefill, decode, [(prompt, output_tokens) for prompt in sequence])
 
 
 def mean_served_runs(prefill: RankLayout, decode: RankLayout, prompt_tokens: tuple[int, ...],
@@ -101,8 +89,8 @@ def mean_served_runs(prefill: RankLayout, decode: RankLayout, prompt_tokens: tup
 
 def runs_of_requests(prefill: RankLayout, decode: RankLayout, requests: Sequence[tuple[int, int]]) -> list[int]:
     """Attention runs of each (prompt tokens, output tokens) request, sent one at a time in this order to a fresh
-    prefill and a fresh decode server: `served_runs` with each request's own output length (decode's attention
-    grows by it before the request frees its blocks, so it moves where the next request's ids start)."""
+    prefill and a fresh decode server, each with its own output length (decode's attention grows by it before the
+    request frees its blocks, so it moves where the next request's ids start)."""
     pools = FreeBlockQueue(), FreeBlockQueue()
     out = []
     for prompt, output in requests:
@@ -110,7 +98,7 @@ def runs_of_requests(prefill: RankLayout, decode: RankLayout, requests: Sequence
         p_ids = [pools[0].take(n) for n in _group_counts(prefill, tokens)]
         d_ids = [pools[1].take(n) for n in _group_counts(decode, tokens)]
         out.append(attention_runs(decode, p_ids, d_ids))
-        for i, g in enumerate(decode.groups.groups):
+        for i, g in enumerate(decode.groups.groups):  # decode's attention grows with the output tokens
             if g.kind.is_attention:
                 d_ids[i] += pools[1].take(max(0, blocks_kept(decode, g, tokens + output) - len(d_ids[i])))
         pools[0].free(p_ids)
