@@ -17,7 +17,7 @@ from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
-from hybridserve.core.launch.topology import Device, EngineOptions, ProxyKind
+from hybridserve.core.launch.topology import Device, EngineOptions, FirstTokenSource, ProxyKind
 
 
 def command(
@@ -46,6 +46,8 @@ def command(
                                                "kept on their cores.")] = True,
     router: Annotated[Optional[str], typer.Option(help="The proxy role: hybridserve (ours) or vllm-router "
                                                   "(the router extra); default: the topology's.")] = None,
+    first_token: Annotated[Optional[str], typer.Option(help="Who samples token 1 behind our proxy: prefill or "
+                                                       "decode (vLLM's way); default: the topology's.")] = None,
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
     gpu_memory_utilization: Annotated[float, typer.Option(help="CUDA: part of each GPU split among the roles "
                                                           "on it (two roles on one GPU: 0.45 each).")] = 0.9,
@@ -94,7 +96,8 @@ def command(
                             num_cores=os.cpu_count() or 1, vllm_version=vllm_version, is_dry_run=dry_run,
                             run_root=run_dir.resolve(), tuned_profile=tuned_profile,
                             vllm_args=passed_vllm_args(vllm_arg, after_dashes),
-                            router=ProxyKind.parse(router) if router else None)
+                            router=ProxyKind.parse(router) if router else None,
+                            first_token=FirstTokenSource.parse(first_token) if first_token else None)
     plan = prepare_launch(request)
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)

@@ -94,8 +94,9 @@ def test_decode_received_kv_and_gdn_state_over_nixl_not_recomputed(deployment):
     lines_before = deployment.log("decode-0").count(RECEIVED)
     _complete(deployment.proxy, prompt, 4)
     after = {s: _metric(deployment.decode, "vllm:prompt_tokens_by_source_total", s) for s in counts}
-    # D recomputes only the last prompt token (a recurrent state cannot be rewound); the rest came over NIXL
-    assert after["external_kv_transfer"] - counts["external_kv_transfer"] == len(prompt) - 1
+    # the proxy's first token came from prefill (core/proxy/first_token.py): decode's prompt is the prompt + token 1;
+    # the whole prompt came over NIXL and D computes token 1 only (vLLM's "recompute the last prompt token")
+    assert after["external_kv_transfer"] - counts["external_kv_transfer"] == len(prompt)
     assert after["local_compute"] - counts["local_compute"] == 1
     lines = [line for line in deployment.log("decode-0").splitlines() if RECEIVED in line]
     assert len(lines) == lines_before + 1

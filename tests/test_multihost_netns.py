@@ -183,7 +183,7 @@ def test_completion_served_through_proxy_with_state_moved_over_tcp(deployment):
     assert _metric(after, transfers) - _metric(before, transfers) == 1
     by_source = "vllm:prompt_tokens_by_source_total"
     moved = _metric(after, by_source, "external_kv_transfer") - _metric(before, by_source, "external_kv_transfer")
-    assert moved == len(PROMPT) - 1  # D recomputes the last prompt token only
+    assert moved == len(PROMPT)  # the whole prompt: token 1 came from prefill, D computes only it again
     # decode READs prefill's blocks; UCX's table for that read names TCP on eth0 (no cma: another host)
     log = deployment.log("decode")
     reads = [s for s in ucx.parse_proto_info(log) if s.operation == "read" and s.memory == "host"]

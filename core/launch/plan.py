@@ -113,7 +113,8 @@ def proxy_command(python: str, topology: Topology) -> RoleCommand:
                            env=(("PYTHONUNBUFFERED", "1"),), host=proxy.host, port=proxy.port,
                            metrics_port=metrics_port(topology))
     argv = [python, "-m", PROXY_MODULE, "--host", proxy.host, "--port", str(proxy.port),
-            "--policy", proxy.policy.value, "--timeout", str(proxy.timeout_s), "--model-name", topology.model_name]
+            "--policy", proxy.policy.value, "--timeout", str(proxy.timeout_s), "--model-name", topology.model_name,
+            "--first-token", proxy.first_token.value]
     for inst in topology.prefill:
         argv += ["--prefill", f"http://{inst.host}:{inst.port}"]
     for inst in topology.decode:

@@ -9,7 +9,8 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.gpus import count_gpus
 from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.plan import LaunchPlan, Role
-from hybridserve.core.launch.topology import Device, EngineOptions, ProxyKind, Topology, local_topology
+from hybridserve.core.launch.topology import (Device, EngineOptions, FirstTokenSource, ProxyKind, Topology,
+                                              local_topology)
 from hybridserve.core.launch.topology_file import load_topology
 from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header
 
@@ -31,6 +32,7 @@ class LaunchRequest:
     tuned_profile: Path | None = None  # a `hybridserve tune` profile: per-batch GDN prefill routing (tuned.py)
     vllm_args: tuple[str, ...] = ()  # vLLM flags for every engine, after the topology's engine.vllm_args
     router: ProxyKind | None = None  # the proxy role's kind (--router); None: the topology's (default: ours)
+    first_token: FirstTokenSource | None = None  # --first-token; None: the topology's (default: prefill)
 
 
 def prepare_launch(request: LaunchRequest) -> LaunchPlan:
@@ -41,6 +43,11 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
                                                     vllm_args=topology.engine.vllm_args + request.vllm_args))
     if request.router is not None:
         topology = replace(topology, proxy=replace(topology.proxy, kind=request.router))
+    if request.first_token is not None:
+        topology = replace(topology, proxy=replace(topology.proxy, first_token=request.first_token))
+    if topology.proxy.kind is ProxyKind.VLLM_ROUTER and request.first_token is FirstTokenSource.PREFILL:
+        raise InputError("--first-token prefill: vllm-router takes the first token from decode; accepted with "
+                         "--router vllm-router: decode (or leave it out)")
     if request.tuned_profile is not None:
         header = read_header(request.tuned_profile)
         if not request.is_dry_run:

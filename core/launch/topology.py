@@ -49,6 +49,17 @@ class ProxyKind(enum.Enum):
         return parse_choice(cls, text, what="proxy kind (--router)", aliases={"vllm_router": "vllm-router"})
 
 
+class FirstTokenSource(enum.Enum):
+    """Which role samples a plain completion's first token behind the project's proxy (core/proxy/first_token.py)."""
+
+    PREFILL = "prefill"  # prefill computes the whole prompt; the client gets token 1 when prefill answers
+    DECODE = "decode"  # vLLM's way: prefill stops one token short and decode recomputes it (one decode step later)
+
+    @classmethod
+    def parse(cls, text: str) -> FirstTokenSource:
+        return parse_choice(cls, text, what="--first-token")
+
+
 @dataclass(frozen=True, kw_only=True)
 class EngineOptions:
     """Settings every vLLM instance shares unless an instance overrides one."""
@@ -97,6 +108,7 @@ class ProxyInstance:
     timeout_s: float = 120.0  # per hop: a server that does not answer in time fails the request
     kind: ProxyKind = ProxyKind.HYBRIDSERVE
     metrics_port: int | None = None  # vllm-router's Prometheus port; None: port + 50 (ours serves /metrics on port)
+    first_token: FirstTokenSource = FirstTokenSource.PREFILL  # ours only: vllm-router's decode samples token 1
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,8 @@
       - {host: 127.0.0.2, port: 8100, side_channel_port: 5600, tp: 1, devices: [0]}
     decode:
       - {host: 127.0.0.3, port: 8200, side_channel_port: 5601, devices: [1]}
-    proxy: {host: 127.0.0.1, port: 8000, policy: round_robin}   # kind: vllm-router, metrics_port: 8050
+    proxy: {host: 127.0.0.1, port: 8000, policy: round_robin}   # kind: vllm-router, metrics_port: 8050;
+                                                                #   first_token: prefill (default) or decode
 
 An instance may also set block_size, mamba_ssm_cache_dtype, mamba_cache_dtype, env (a mapping) and extra_args.
 `engine: {vllm_args: [--load-format, dummy]}` passes vLLM flags to every engine (not the ones launch sets).
@@ -28,7 +29,8 @@ from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.topology import (
-    TINY_MODEL_DIR, Device, EngineInstance, EngineOptions, ProxyInstance, ProxyKind, RoutingPolicy, Topology,
+    TINY_MODEL_DIR, Device, EngineInstance, EngineOptions, FirstTokenSource, ProxyInstance, ProxyKind, RoutingPolicy,
+    Topology,
 )
 
 _ENGINE_KEYS = {"mamba_ssm_cache_dtype": "ssm_dtype", "mamba_cache_dtype": "conv_dtype",
@@ -104,6 +106,8 @@ def _proxy(raw: dict[str, Any], where: str) -> ProxyInstance:
         values["policy"] = RoutingPolicy.parse(values["policy"])
     if "kind" in values:
         values["kind"] = ProxyKind.parse(str(values["kind"]))
+    if "first_token" in values:
+        values["first_token"] = FirstTokenSource.parse(str(values["first_token"]))
     return ProxyInstance(**values)
 
 

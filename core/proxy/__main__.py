@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from hybridserve.core.proxy.config import ProxyConfig
-from hybridserve.core.launch.topology import RoutingPolicy
+from hybridserve.core.launch.topology import FirstTokenSource, RoutingPolicy
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
@@ -17,9 +17,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
     parser.add_argument("--policy", default="round_robin", choices=[p.value for p in RoutingPolicy])
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per hop before the request fails")
     parser.add_argument("--model-name", default=None)
+    parser.add_argument("--first-token", default="prefill", choices=[s.value for s in FirstTokenSource],
+                        help="who samples a plain completion's first token (core/proxy/first_token.py)")
     args = parser.parse_args(argv)
     config = ProxyConfig(prefill_urls=tuple(args.prefill), decode_urls=tuple(args.decode),
-                         policy=RoutingPolicy.parse(args.policy), timeout_s=args.timeout, model_name=args.model_name)
+                         policy=RoutingPolicy.parse(args.policy), timeout_s=args.timeout, model_name=args.model_name,
+                         first_token=FirstTokenSource.parse(args.first_token))
     return config, args.host, args.port
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridserve.core.launch.topology import RoutingPolicy
+from hybridserve.core.launch.topology import FirstTokenSource, RoutingPolicy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -14,3 +14,4 @@ class ProxyConfig:
     policy: RoutingPolicy = RoutingPolicy.ROUND_ROBIN
     timeout_s: float = 120.0  # per hop (connect, each read): a server that stalls fails the request, never hangs it
     model_name: str | None = None
+    first_token: FirstTokenSource = FirstTokenSource.PREFILL  # who samples a plain completion's token 1

@@ -15,9 +15,12 @@ import httpx
 DONE_LINE = b"data: [DONE]"
 
 
-def error_event(url: str, reason: str) -> bytes:
-    message = f"decode server {url} failed: {reason}"
-    payload = {"error": {"message": message, "type": "decode_failed", "role": "decode", "code": 502}}
+def error_event(url: str, reason: str, *, status: int = 502) -> bytes:
+    """A 4xx `status`: decode refused the request (after token 1 went out); anything else: decode failed."""
+    is_refusal = 400 <= status < 500
+    message = f"decode server {url} {'refused the request' if is_refusal else 'failed'}: {reason}"
+    kind = "invalid_request_error" if is_refusal else "decode_failed"
+    payload = {"error": {"message": message, "type": kind, "role": "decode", "code": status}}
     return f"data: {json.dumps(payload)}\n\n".encode()
 
 
