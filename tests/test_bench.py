@@ -388,3 +388,31 @@ def test_cli_writes_png_and_json_out(monkeypatch, tmp_path):
     assert result.exit_code == 0, result.output
     assert json.loads(out.read_text())["targets"][2]["role"] == "control"
     assert png.read_bytes()[:4] == b"\x89PNG" and "control / baseline" in result.stdout
+
+
+def test_a_stream_is_split_at_line_feeds_only():
+    """JSON leaves U+2028 and U+0085 unescaped (json.dumps(ensure_ascii=False), as vLLM's API server writes): a
+    line split at them, as httpx's aiter_lines does, is "not JSON". A character cut between chunks stays whole."""
+    import asyncio
+
+    import httpx
+
+    text = "a\u2028b\u0085c\u00e9"
+    event = f"data: {json.dumps({'choices': [{'text': text}], 'usage': {'completion_tokens': 1}}, ensure_ascii=False)}"
+    raw = f"{event}\n\ndata: [DONE]\n\n".encode()
+    cut = raw.index("\u00e9".encode()) + 1  # inside the two bytes of é
+
+    async def handler(request):
+        async def chunks():
+            yield raw[:cut]
+            yield raw[cut:]
+        return httpx.Response(200, content=chunks())
+
+    async def drive():
+        from hybridserve.core.bench.stream import stream_one
+
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await stream_one(client, "http://fake", "m", (1, 2, 3), 1, phase_start=0.0)
+
+    record = asyncio.run(drive())
+    assert record.error is None and record.output_tokens == 1

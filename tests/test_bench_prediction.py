@@ -29,14 +29,19 @@ IDLE = Load(max_concurrency=1)
 
 
 @pytest.fixture(scope="module")
-def predictor(tmp_path_factory):
-    from hybridserve.core.launch.topology import Device
-
+def m60(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("m60")
     config = dict(geometry(1, num_layers=60, hidden_size=1024), architectures=["Qwen3_5ForCausalLM"],
                   model_type="qwen3_5_text", mamba_ssm_dtype="float32", eos_token_id=0, pad_token_id=0)
     (folder / "config.json").write_text(json.dumps(config))
-    return Predictor(folder, device=Device.CUDA)  # launch's CUDA layout: the one the H200 served
+    return folder
+
+
+@pytest.fixture(scope="module")
+def predictor(m60):
+    from hybridserve.core.launch.topology import Device
+
+    return Predictor(m60, device=Device.CUDA)  # launch's CUDA layout: the one the H200 served
 
 
 def _phase(num, tokens, *, load=IDLE, output=16, probe=None):
@@ -139,3 +144,18 @@ def test_bench_predicts_from_history_only_for_a_deployment_it_started():
 
     assert _started_deployment(request("pd-sync", "http://127.0.0.1:8300"))
     assert not _started_deployment(request("http://127.0.0.1:8000", "single-sync"))  # a started baseline: no
+
+
+def test_a_first_token_from_prefill_moves_one_token_more(predictor, m60):
+    """Behind a proxy whose token 1 comes from prefill (core/proxy/first_token.py) prefill holds all N prompt tokens,
+    not vLLM's N - 1: a 2097-token prompt moves 2096 tokens (1 block of 2096) the vLLM way, 2097 (2 blocks) here."""
+    from hybridserve.core.launch.topology import Device
+
+    shifted = Predictor(m60, device=Device.CUDA, is_first_token_from_prefill=True)
+    works = [_phase(1, 2097)]
+    vllm_way = predictor.predict_phases(works, is_started=True)[0]
+    ours = shifted.predict_phases(works, is_started=True)[0]
+    assert vllm_way.descriptors == 15 + GDN  # one attention block per tensor, one run
+    assert ours.descriptors == 15 + GDN and ours.bytes > vllm_way.bytes  # two adjacent blocks: still one run each
+    assert ours.unmerged_descriptors > vllm_way.unmerged_descriptors
+    assert ours.mean_prompt_tokens == vllm_way.mean_prompt_tokens == 2097  # the client's prompt, as sent

@@ -53,9 +53,14 @@ class Prediction:
 
 
 class Predictor:
-    """The prefill and decode layouts of launch's local topology for a model, device and engine options."""
+    """The prefill and decode layouts of launch's local topology for a model, device and engine options.
 
-    def __init__(self, model: Path, *, device: Any = None, engine: Any = None) -> None:
+    `is_first_token_from_prefill`: the deployment's proxy takes token 1 from prefill (core/proxy/first_token.py), so
+    its servers see each request as (prompt + 1, output - 1): prefill holds N tokens, not vLLM's N - 1."""
+
+    def __init__(self, model: Path, *, device: Any = None, engine: Any = None,
+                 is_first_token_from_prefill: bool = False) -> None:
+        self.shift = 1 if is_first_token_from_prefill else 0
         from hybridserve.core.launch.instance_cache import instance_cache
         from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
         from hybridserve.core.model.profiles import load_model
@@ -70,7 +75,8 @@ class Predictor:
     def _costs(self, prompt_lens: Sequence[int], runs: Sequence[int] | None = None) -> list:
         from hybridserve.core.layout.descriptors import Scheme, transfer_cost
 
-        return [transfer_cost(self.prefill, self.decode, n, Scheme.VLLM, served_runs=None if runs is None else r)
+        return [transfer_cost(self.prefill, self.decode, n + self.shift, Scheme.VLLM,
+                              served_runs=None if runs is None else r)
                 for n, r in zip(prompt_lens, runs or [None] * len(prompt_lens), strict=True)]
 
     def predict(self, prompt_lens: Sequence[int]) -> Prediction:
@@ -92,7 +98,8 @@ class Predictor:
         served: list[tuple[int, int]] = []  # what the deployment served before, in send order
         first_concurrent = next((i for i, w in enumerate(works) if not _is_sequential(w)), len(works))
         for work in works[:first_concurrent]:
-            served += list(zip(work.input_lens, work.output_lens, strict=True))
+            served += [(n + self.shift, out - self.shift)
+                       for n, out in zip(work.input_lens, work.output_lens, strict=True)]
         runs = runs_of_requests(self.prefill, self.decode, served)
         out, start = [], 0
         for i, work in enumerate(works):

@@ -20,7 +20,7 @@ from hybridserve.core.bench.driver import run_phase
 from hybridserve.core.bench.phase import PhaseSpec, PhaseWork, check_phase, draw_work
 from hybridserve.core.bench.prediction import Prediction
 from hybridserve.core.bench.prompts import make_prompts
-from hybridserve.core.bench.scrape import decode_urls_behind, scrape, settled_scrape
+from hybridserve.core.bench.scrape import decode_urls_behind, first_token_behind, scrape, settled_scrape
 from hybridserve.core.bench.served import ServedModel, served_model
 from hybridserve.core.bench.server_metrics import XFER_TIME, NixlStats, delta, nixl_stats
 from hybridserve.core.bench.stream import RequestRecord
@@ -123,7 +123,8 @@ def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> Be
     for target in request.targets:
         results.append(_run_target(target, request, model, works, prompts, found, progress))
     served = found.get("served")
-    predictor = _predictor(model or (served.local_folder if served else None), request)
+    predictor = _predictor(model or (served.local_folder if served else None), request,
+                           is_first_token_from_prefill=found.get("first_token") == "prefill")
     return BenchReport(
         model=str(model or (served.root if served else "?")), vocabulary=found["vocabulary"], seed=request.seed,
         prompt_seed=prompt_seed, phases=works,
@@ -153,6 +154,8 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
         for work in works:
             check_phase(work.spec, served.max_model_len)
         urls = target.metrics_urls or decode_urls_behind(client, deployment.url) or (deployment.url,)
+        if target.role == "deployment":
+            found["first_token"] = first_token_behind(client, deployment.url)
         phases = tuple(_run_phase(client, deployment.url, served, urls, work, drawn, request, target.role, i,
                                   progress)
                        for i, (work, drawn) in enumerate(zip(works, prompts.get(found["vocabulary"]))))
@@ -194,7 +197,7 @@ def _run_phase(client: Any, url: str, served: ServedModel, metrics_urls: tuple[s
                        nixl=nixl_stats(delta(after, before)), records=records)
 
 
-def _predictor(model: Path | None, request: BenchRequest):  # noqa: ANN202
+def _predictor(model: Path | None, request: BenchRequest, *, is_first_token_from_prefill: bool):  # noqa: ANN202
     """None where the model's folder is not on this machine (a URL target serving a hub id)."""
     from hybridserve.core.bench.prediction import Predictor
     from hybridserve.core.common.errors import InputError
@@ -203,6 +206,7 @@ def _predictor(model: Path | None, request: BenchRequest):  # noqa: ANN202
     if model is None:
         return None
     try:
-        return Predictor(model, device=Device.parse(request.device), engine=request.engine)
+        return Predictor(model, device=Device.parse(request.device), engine=request.engine,
+                         is_first_token_from_prefill=is_first_token_from_prefill)
     except InputError:
         return None

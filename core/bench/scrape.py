@@ -42,14 +42,25 @@ def settled_scrape(client: Any, urls: tuple[str, ...], keys: tuple[tuple[str, No
     return last
 
 
-def decode_urls_behind(client: Any, url: str) -> tuple[str, ...]:
-    """The decode servers the project's proxy routes to (its /health); () for anything else (a plain server)."""
+def _proxy_health(client: Any, url: str) -> dict:
+    """The project's proxy's /health answer; {} for anything else (a plain server's /health has no body)."""
     import httpx
 
     try:
         answer = client.get(f"{url}/health")
         body = answer.json() if answer.status_code == 200 else {}
     except (httpx.HTTPError, ValueError):
-        return ()
-    decode = body.get("decode") if isinstance(body, dict) else None
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def decode_urls_behind(client: Any, url: str) -> tuple[str, ...]:
+    """The decode servers the project's proxy routes to (its /health); () for anything else (a plain server)."""
+    decode = _proxy_health(client, url).get("decode")
     return tuple(str(u).rstrip("/") for u in decode) if isinstance(decode, list) else ()
+
+
+def first_token_behind(client: Any, url: str) -> str | None:
+    """Which role samples token 1 behind the project's proxy ("prefill" or "decode"); None: not our proxy."""
+    value = _proxy_health(client, url).get("first_token")
+    return value if isinstance(value, str) else None
