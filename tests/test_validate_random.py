@@ -164,3 +164,18 @@ def test_bad_random_inputs_are_refused_in_one_line(args, message):
     result = runner.invoke(app, ["validate", "--baseline", "http://127.0.0.1:9", "--candidate",
                                  "http://127.0.0.1:9", *args])
     assert result.exit_code == 2 and message in result.output, result.output
+
+
+@pytest.mark.parametrize("clean_drift,limit", [(0.001, 2.0**-5), (0.04, 0.04), (0.2, 0.05)],
+                         ids=["identical-runs", "noisy-runs", "noisier-than-the-limit"])
+def test_the_drift_limit_is_tightened_to_what_clean_runs_show(clean_drift, limit):
+    """A mean drift above the largest drift two clean runs showed at any position is not noise; never below one
+    bf16 step (DRIFT_FLOOR), never above the configured limit (0.05)."""
+    from hybridserve.core.validate.noise import Noise
+    from hybridserve.core.validate.run import measured_limits
+    from hybridserve.core.validate.thresholds import Thresholds
+
+    noise = Noise(reference="r", num_prompts=1, num_positions=8, max_margin_change=0.01, mean_margin_change=0.005,
+                  max_logprob_drift=clean_drift, mean_logprob_drift=clean_drift / 2, divergence_gaps=(0.03,))
+    limits = measured_limits(Thresholds(), noise)
+    assert limits.max_logprob_drift == limit and limits.near_tie_tolerance == 0.03
