@@ -4,6 +4,8 @@
 #   bash benchmarks/h200.sh copy-bundle vllm .vb/part01     # ... .vb/part10: one call each, carry .vb/partNN
 #   bash benchmarks/h200.sh copy-bundle nixl .gpu/nx        # carry .gpu/nx (nixl_only.tgz)
 #   bash benchmarks/h200.sh copy-bundle flashqla .gpuwork/fq1   # carry it: fla.tgz and FlashQLA's wheels
+#   bash benchmarks/h200.sh prepare                   # vLLM's install and the 60-layer model, to chain after the
+#                                                     # last copy call (serve and validate then start sooner)
 #   bash benchmarks/h200.sh kernels [FLAGS]           # "GDN prefill kernels": verify + tune fla and FlashInfer in
 #                                                     # vLLM's environment, then the routing's per-call cost
 #   bash benchmarks/h200.sh kernels-flashqla [FLAGS]  # the same for FlashQLA, in its own environment
@@ -13,7 +15,9 @@
 #   bash benchmarks/h200.sh serve [FLAGS]             # "Served P/D": benchmarks/served_pd.py (60 layers), FLAGS
 #                                                     # passed through
 #   bash benchmarks/h200.sh validate [FLAGS]          # "Validate": P/D against one server, 60 layers, random
-#                                                     # 8k and 32k prompts; FLAGS go to hybridserve validate
+#                                                     # 1k, 8k and 32k prompts, first token from prefill (launch's
+#                                                     # proxy) and from decode (a second proxy, vLLM's way);
+#                                                     # FLAGS go to hybridserve validate
 #   bash benchmarks/h200.sh fallback-warning          # "launch's TCP-fallback warning, live"
 # FLAGS go to the stage's script (kernels: benchmarks/kernels_h200.py tune; tuned-serving:
 # benchmarks/served_tuned_profile.py); a later flag wins over the stage's own.
@@ -40,6 +44,8 @@ left() { local s=$(( deadline - $(date +%s) - $1 )); echo $(( s > 1 ? s : 1 )); 
 setup() {
   if [ -n "$DRY" ]; then echo "setup: $*"; return 0; fi
   source benchmarks/gpu_env.sh "$here" || exit 3
+  # one Triton cache for every stage (served_pd.py uses it too): a stage after validate starts its servers warm
+  export TRITON_CACHE_DIR=/tmp/hs-triton
   local part
   for part in "$@"; do "install_$part" || { say "install $part failed"; exit 3; }; done
   mkdir -p /tmp/hsbin
@@ -161,6 +167,11 @@ transfer() {  # 397B TP1->1, bf16 SSM: both schemes at 1k/8k/32k; READ over TCP 
   fi
 }
 
+prepare() {  # the installs and the 60-layer model, ahead of serve or validate (each a call near 600 s)
+  setup vllm
+  model_60_layers
+}
+
 serve() {  # the 60-layer model: P/D against one server, idle 1k/8k/32k and under load
   setup vllm
   model_60_layers
@@ -180,14 +191,23 @@ validate() {  # the 60-layer model: P/D (0.3 of the GPU each role) judged agains
   start "$OUT/launch_single.out" hybridserve launch --role single "${M60_FLAGS[@]}" --gpu-memory-utilization 0.3 \
     --base-port 9000 --run-dir /tmp/hs-val --timeout "$(left 120)"
   local single=$started
+  # a second proxy on the same P/D takes the first token from decode (vLLM's way): both ways judged, one run
+  start "$OUT/proxy_decode_first.out" python3 -m hybridserve.core.proxy --port 8001 --first-token decode \
+    --prefill http://127.0.0.1:8100 --decode http://127.0.0.1:8200
+  local classic=$started
   if healthy http://127.0.0.1:9200 "$(left 120)"; then
-    run "$OUT/validate_60_layers.json" "$(left 20)" hybridserve validate --baseline http://127.0.0.1:9200 \
-      --candidate http://127.0.0.1:8000 --reference http://127.0.0.1:9200 --model $M60 --dataset random \
-      --prompt-len 8192 --prompt-len 32768 --max-tokens 16 --timeout "$(left 25)" --json "$@"
-    [ -n "$DRY" ] || tail -5 "$OUT/validate_60_layers.json.err"
+    local way
+    for way in prefill:8000 decode:8001; do
+      run "$OUT/validate_60_layers_first_${way%:*}.json" "$(left 20)" hybridserve validate \
+        --baseline http://127.0.0.1:9200 --candidate "http://127.0.0.1:${way#*:}" --reference http://127.0.0.1:9200 \
+        --model $M60 --dataset random --prompt-len 1024 --prompt-len 8192 --prompt-len 32768 --max-tokens 16 --timeout "$(left 25)" \
+        --json "$@"
+      [ -n "$DRY" ] || tail -5 "$OUT/validate_60_layers_first_${way%:*}.json.err"
+    done
   fi
-  stop $single; stop $pd
+  stop $classic; stop $single; stop $pd
   keep_logs /tmp/hs-val
+  pack
 }
 
 fallback_warning() {  # launch's warning, live: a healthy start, then get_zcopy switched off in the topology
@@ -223,6 +243,7 @@ YAML
 
 case "$stage" in
   copy-bundle) copy_bundle "$@" ;;
+  prepare) prepare ;;
   kernels) kernels "$@" ;;
   kernels-flashqla) kernels_flashqla "$@" ;;
   tuned-serving) tuned_serving "$@" ;;
@@ -230,6 +251,6 @@ case "$stage" in
   serve) serve "$@" ;;
   validate) validate "$@" ;;
   fallback-warning) fallback_warning "$@" ;;
-  *) echo "stage: copy-bundle, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate or" \
+  *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate or" \
        "fallback-warning (got '${stage}')"; exit 2 ;;
 esac

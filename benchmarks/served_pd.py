@@ -5,6 +5,12 @@ under load, decode's NIXL stats (bench reads decode's /metrics) and the per-requ
     python3 benchmarks/served_pd.py --out $OUT --label before                 # on the H200 (h200.sh serve)
     python3 benchmarks/served_pd.py --out $OUT --label after --pd-env KEY=VALUE  # a switch of the P/D roles
     python3 benchmarks/served_pd.py --out /tmp/sp --cpu-smoke                  # here: tiny model, small lengths
+    python3 benchmarks/served_pd.py --out $OUT --label first-token --compare-first-token   # before/after, one run
+
+--compare-first-token: a second proxy in front of the same P/D servers takes the first token from decode (vLLM's
+way, `--first-token decode`); each phase benches launch's proxy (first token from prefill, the default) with the
+one server as baseline, then that second proxy: the P/D-only cost before and after core/proxy/first_token.py, on
+the same servers in the same run.
 
 Both deployments run on the one GPU: P/D (0.3 of it each role) and one server (0.3). The single server starts once
 P/D's engines have sized their KV cache (vLLM sizes it from the memory free while it profiles), unless
@@ -86,7 +92,8 @@ def bench(args: list[str], out: Path, timeout_s: float) -> dict:
 
 def plan_by_history(prof: dict, sent: list[tuple[str, list[tuple[int, int]]]]) -> dict:
     """plan's served descriptor count per idle phase, following every request these fresh servers served in order
-    (warm-up included): each bench call predicts as if its phase came first, which after the warm-up is not so."""
+    (warm-up included): each bench call predicts as if its phase came first, which after the warm-up is not so.
+    A request whose first token came from prefill is (prompt + 1, output - 1) to the servers (first_token.py)."""
     from hybridserve.core.bench.prediction import Predictor
     from hybridserve.core.launch.topology import Device, EngineOptions
     from hybridserve.core.layout.served import runs_of_requests
@@ -123,6 +130,33 @@ def validate(prof: dict, pd_url: str, single_url: str, lengths: list[int], out: 
     return {"argv": argv[3:], "rc": done.returncode, "wall_s": round(time.time() - started, 1)}
 
 
+def decode_first_proxy(pd_info: dict, log: Path, env: dict) -> tuple[subprocess.Popen, str]:
+    """Our proxy on port 8001 in front of the P/D servers of `pd_info`, first token from decode (vLLM's way)."""
+    ends = pd_info["endpoints"]
+    argv = [sys.executable, "-m", "hybridserve.core.proxy", "--port", "8001", "--first-token", "decode",
+            "--prefill", ends["prefill-0"], "--decode", ends["decode-0"]]
+    proc = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    url = "http://127.0.0.1:8001"
+    import httpx
+
+    for _ in range(60):
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the decode-first proxy did not come up: {log.read_text()[-800:]}")
+
+
+def classic_args(common: list[str], url: str) -> list[str]:
+    """bench's flags for the decode-first proxy: the same launch flags, no baseline (the single server ran)."""
+    out = list(common)
+    out[out.index("--deployment") + 1] = url
+    out[out.index("--baseline") + 1] = "none"
+    return out
+
+
 def stop(proc: subprocess.Popen) -> None:
     from hybridserve.core.launch.process import stop_group
 
@@ -139,6 +173,8 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=None,
                    help="wall seconds for everything (default: until $DEADLINE, epoch s, less 15 s; else 530)")
     p.add_argument("--skip-load", action="store_true")
+    p.add_argument("--compare-first-token", action="store_true",
+                   help="also bench the same P/D through a second proxy whose first token comes from decode")
     p.add_argument("--validate-len", type=int, nargs="*", default=[], metavar="TOKENS",
                    help="then validate --dataset random at these prompt lengths against the same servers")
     a = p.parse_args()
@@ -166,7 +202,7 @@ def main() -> None:
     share_pd, share_single = prof["pd_share"] or (None, None)
     report: dict = {"label": a.label, "pd_env": a.pd_env, "smoke": a.cpu_smoke, "phases": {}, "timeline": {}}
     pd = start("all", 8000, prof, share_pd, run_dir, a.out / f"launch_pd_{a.label}.out", pd_env, deadline - time.time())
-    single = None
+    single = classic = None
     try:
         if not a.together:
             kv_sized(run_dir / "all", a.out / f"launch_pd_{a.label}.out", min(deadline, time.time() + 400))
@@ -174,6 +210,8 @@ def main() -> None:
                        deadline - time.time())
         pd_info = endpoints(a.out / f"launch_pd_{a.label}.out", pd, deadline)
         report["pd_healthy_s"] = round(time.time() - t0, 1)
+        if a.compare_first_token:
+            classic, classic_url = decode_first_proxy(pd_info, a.out / f"proxy_decode_first_{a.label}.log", pd_env)
         single_info = endpoints(a.out / f"launch_single_{a.label}.out", single, deadline)
         report["single_healthy_s"] = round(time.time() - t0, 1)
         pd_url, single_url = pd_info["endpoints"]["proxy"], next(iter(single_info["endpoints"].values()))
@@ -181,26 +219,40 @@ def main() -> None:
         common = ["--deployment", pd_url, "--baseline", single_url, "--output-len", str(prof["output_len"]),
                   *prof["launch"]]
         out_len = prof["output_len"]
-        sent: list[tuple[str, list[tuple[int, int]]]] = [("warm", [(256, out_len)] * 2)]
+        # through launch's proxy the first token of a plain completion comes from prefill (first_token.py)
+        sent: list[tuple[str, list[tuple[int, int]]]] = [("warm", [(257, out_len - 1)] * 2)]
         bench([*common, "--input-len", "256", "--num-requests", "2"], a.out / f"bench_warm_{a.label}.json",
               deadline - time.time())  # NIXL handshake and first-call costs, not counted
+        if a.compare_first_token:
+            bench([*classic_args(common, classic_url), "--input-len", "256", "--num-requests", "1"],
+                  a.out / f"bench_warm_decode_first_{a.label}.json", deadline - time.time())
+            sent.append(("warm_decode_first", [(256, out_len)]))
         for length in prof["idle"]:
             name = f"idle_{length}"
-            report["phases"][name] = bench([*common, "--input-len", str(length), "--num-requests",
-                                            str(prof["idle_requests"])], a.out / f"bench_{name}_{a.label}.json",
+            idle = ["--input-len", str(length), "--num-requests", str(prof["idle_requests"])]
+            report["phases"][name] = bench([*common, *idle], a.out / f"bench_{name}_{a.label}.json",
                                            deadline - time.time() - 10)
-            sent.append((name, [(length, out_len)] * prof["idle_requests"]))
+            sent.append((name, [(length + 1, out_len - 1)] * prof["idle_requests"]))
+            if a.compare_first_token:
+                report["phases"][f"{name}_decode_first"] = bench(
+                    [*classic_args(common, classic_url), *idle], a.out / f"bench_{name}_decode_first_{a.label}.json",
+                    deadline - time.time() - 10)
+                sent.append((f"{name}_decode_first", [(length, out_len)] * prof["idle_requests"]))
         report["plan_by_history"] = plan_by_history(prof, sent)
         if not a.skip_load:
             report["phases"]["load"] = bench([*common, *prof["load"]], a.out / f"bench_load_{a.label}.json",
                                              deadline - time.time() - 10)
+            if a.compare_first_token:
+                report["phases"]["load_decode_first"] = bench(
+                    [*classic_args(common, classic_url), *prof["load"]],
+                    a.out / f"bench_load_decode_first_{a.label}.json", deadline - time.time() - 10)
         if a.validate_len:
             report["validate"] = validate(prof, pd_url, single_url, a.validate_len,
                                           a.out / f"validate_{a.label}.json", deadline - time.time() - 10)
     except Exception as exc:  # noqa: BLE001 (the report says what failed; the servers still stop)
         report["error"] = f"{type(exc).__name__}: {exc}"
     finally:
-        for proc in (single, pd):
+        for proc in (classic, single, pd):
             if proc is not None:
                 stop(proc)
     from hybridserve.core.launch.timeline import breakdown

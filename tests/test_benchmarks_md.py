@@ -159,6 +159,10 @@ def test_each_stage_runs_scripts_and_cli_options_that_exist(stage, tmp_path) -> 
             argv = argv[1:]
         if argv[0] == "hybridserve":
             _parse_cli(argv[1:])
+        elif argv[:3] == ["python3", "-m", "hybridserve.core.proxy"]:  # the proxy alone (a second one, say)
+            from hybridserve.core.proxy.__main__ import parse_args
+
+            parse_args(argv[3:])
         else:
             assert argv[0] == "python3" and (ROOT / argv[1]).is_file(), line
             if argv[1] == "benchmarks/kernels_h200.py":
