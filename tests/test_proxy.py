@@ -348,7 +348,8 @@ def test_first_token_that_ends_the_request_never_asks_decode(finish_reason, body
     ("/v1/completions", {"prompt": "hi", "n": 2}),
     ("/v1/completions", {"prompt": "hi", "echo": True}),
     ("/v1/completions", {"prompt": "hi", "presence_penalty": 0.5}),
-], ids=["chat", "two-prompts", "n-2", "echo", "presence-penalty"])
+    ("/v1/completions", {"prompt": "hi", "stop": ["\n", "END"]}),
+], ids=["chat", "two-prompts", "n-2", "echo", "presence-penalty", "stop-string-of-3"])
 def test_requests_the_first_token_path_cannot_keep_take_two_hops(path, body):
     servers = Servers()
     with _first_token_client(servers) as client:
@@ -416,3 +417,12 @@ def test_a_request_decode_may_refuse_waits_for_its_answer():
     with _first_token_client(Servers(fail={"d1": 400})) as client:
         reply = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 200, "stream": True})
     assert reply.status_code == 400 and reply.json()["error"]["role"] == "decode"
+
+
+@pytest.mark.parametrize("stop,eligible", [(None, True), ("\n", True), (["\n", "."], True), ("\n\n", False),
+                                           (["\n", "END"], False)], ids=["none", "one-char", "one-char-list",
+                                                                          "two-chars", "list-with-three"])
+def test_only_stop_strings_that_cannot_span_two_tokens_keep_the_first_token_path(stop, eligible):
+    from hybridserve.core.proxy.first_token import is_eligible
+
+    assert is_eligible("/v1/completions", {"prompt": "hi", "max_tokens": 4, "stop": stop}) is eligible

@@ -38,10 +38,13 @@ _TWO_HOP_FIELDS = ("echo", "prompt_logprobs", "prompt_embeds", "truncate_prompt_
 
 def is_eligible(path: str, body: dict[str, Any]) -> bool:
     """A /v1/completions request of one prompt (text or token ids), one choice, and no setting that reads the
-    output so far (presence/frequency penalties would not count token 1, echo would echo it as prompt)."""
+    output so far (presence/frequency penalties would not count token 1, echo would echo it as prompt, a stop string
+    longer than one character could span tokens 1 and 2)."""
     if path != "/v1/completions" or body.get("n") not in (None, 1):
         return False
     if any(body.get(key) not in (None, 0, 0.0, False) for key in _TWO_HOP_FIELDS):
+        return False
+    if _has_spanning_stop(body.get("stop")):
         return False
     prompt = body.get("prompt")
     is_ids = isinstance(prompt, list) and bool(prompt) and all(isinstance(t, int) for t in prompt)
@@ -49,6 +52,13 @@ def is_eligible(path: str, body: dict[str, Any]) -> bool:
         return False
     max_tokens = body.get("max_tokens")
     return max_tokens is None or (isinstance(max_tokens, int) and max_tokens >= 1)
+
+
+def _has_spanning_stop(stop: Any) -> bool:
+    """A stop string of two or more characters could span tokens 1 and 2; decode matches stop strings in its own
+    output only, so it would miss one whose first part came from prefill (one character lies inside one token)."""
+    strings = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
+    return any(not isinstance(s, str) or len(s) > 1 for s in strings)
 
 
 def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
