@@ -53,8 +53,9 @@ def render(console: Console, report: ValidationReport) -> None:
     table.add_row("near-tie share of divergences", _fmt(metrics.near_tie_share), "", "")
     table.add_row("first-token logprob drift mean / max", f"{_fmt(metrics.mean_first_token_drift)} / "
                   f"{_fmt(metrics.max_first_token_drift)}", "", "")
-    table.add_row("near-tie tolerance (top-2 gap)", f"{verdict.thresholds.near_tie_tolerance:.4g}",
-                  "measured" if report.noise is not None else "given", "")
+    source = "measured" if report.noise is not None else "given"
+    table.add_row("near-tie tolerance (top-2 gap)", f"{verdict.thresholds.near_tie_tolerance:.4g}", source, "")
+    table.add_row("per-prompt drift limit", f"{verdict.thresholds.max_logprob_drift:.4g}", source, "")
     console.print(table)
     if report.noise is not None:
         n = report.noise
@@ -111,6 +112,8 @@ def report_dict(report: ValidationReport) -> dict[str, Any]:
         },
         "near_tie_tolerance": {"value": verdict.thresholds.near_tie_tolerance,
                                "source": "measured" if report.noise is not None else "given"},
+        "max_logprob_drift": {"value": verdict.thresholds.max_logprob_drift,
+                              "source": "measured" if report.noise is not None else "given"},
         "noise": None if report.noise is None else {**vars(report.noise), "tolerance": report.noise.tolerance,
                                                    "divergence_gaps": list(report.noise.divergence_gaps)},
         "prompts": [prompt_dict(c, why) for c, why in zip(report.comparisons, report.regressions)],

@@ -166,11 +166,11 @@ def test_bad_random_inputs_are_refused_in_one_line(args, message):
     assert result.exit_code == 2 and message in result.output, result.output
 
 
-@pytest.mark.parametrize("clean_drift,limit", [(0.001, 2.0**-5), (0.04, 0.04), (0.2, 0.05)],
-                         ids=["identical-runs", "noisy-runs", "noisier-than-the-limit"])
-def test_the_drift_limit_is_tightened_to_what_clean_runs_show(clean_drift, limit):
+@pytest.mark.parametrize("clean_drift,limit", [(0.001, 2.0**-5), (0.04, 0.04), (0.109, 0.109)],
+                         ids=["identical-runs", "noisy-runs", "noisier-than-the-configured-limit"])
+def test_the_drift_limit_is_what_clean_runs_show(clean_drift, limit):
     """A mean drift above the largest drift two clean runs showed at any position is not noise; never below one
-    bf16 step (DRIFT_FLOOR), never above the configured limit (0.05)."""
+    bf16 step (DRIFT_FLOOR); above the configured 0.05 where clean runs drift more (the H200's 60-layer model: 0.109)."""
     from hybridserve.core.validate.noise import Noise
     from hybridserve.core.validate.run import measured_limits
     from hybridserve.core.validate.thresholds import Thresholds
