@@ -118,7 +118,7 @@ def test_breakdown_joins_roles_by_request_id(tmp_path):
              line(0.117, 4, "post_start", f"cmpl-{RID}-0-bb"), line(0.120, 4, "posted", f"cmpl-{RID}-0-bb"),
              line(0.150, 4, "nixl_done", f"cmpl-{RID}-0-bb"), line(0.151, 3, "recv_seen", f"cmpl-{RID}-0-bb"),
              line(0.152, 3, "scheduled", f"cmpl-{RID}-0-bb"), line(0.180, 3, "first_token", f"cmpl-{RID}-0-bb"),
-             line(0.185, 1, "hop2_first_byte", RID), "{cut"]
+             line(0.185, 1, "hop2_first_byte", RID), line(0.112, 1, "first_token_out", RID), "{cut"]
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(lines))
     rows = {r["gap"]: r for r in report.breakdown(path)["gaps"]}
@@ -126,4 +126,5 @@ def test_breakdown_joins_roles_by_request_id(tmp_path):
     assert rows["decode: posted -> NIXL done (poll)"]["p50_ms"] == pytest.approx(30.0)
     assert rows["decode: READ post"]["p50_ms"] == pytest.approx(3.0)
     assert rows["P/D total (hop 1 start -> first byte)"]["p50_ms"] == pytest.approx(185.0)
+    assert rows["proxy: hop 1 start -> token 1 out"]["p50_ms"] == pytest.approx(112.0)  # a proxy event, no arrive
     assert report.breakdown(path, since=1.0)["requests"] == 0

@@ -33,9 +33,11 @@ GAPS = (
     ("decode: scheduled -> first token", "decode:scheduled", "decode:first_token"),
     ("decode: first token -> proxy first byte", "decode:first_token", "proxy:hop2_first_byte"),
     ("P/D total (hop 1 start -> first byte)", "proxy:hop1_start", "proxy:hop2_first_byte"),
+    # the first token from prefill (core/proxy/first_token.py): what the client waits for, without decode's hop
+    ("proxy: hop 1 start -> token 1 out", "proxy:hop1_start", "proxy:first_token_out"),
 )
 _WORKER_EVENTS = {"post_start", "posted", "nixl_done"}
-_PROXY_EVENTS = {"hop1_start", "hop1_end", "hop2_start", "hop2_first_byte"}
+_PROXY_EVENTS = {"hop1_start", "hop1_end", "hop2_start", "hop2_first_byte", "first_token_out"}
 
 
 def read_events(path: Path) -> list[dict]:
