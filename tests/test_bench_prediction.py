@@ -159,3 +159,23 @@ def test_a_first_token_from_prefill_moves_one_token_more(predictor, m60):
     assert ours.descriptors == 15 + GDN and ours.bytes > vllm_way.bytes  # two adjacent blocks: still one run each
     assert ours.unmerged_descriptors > vllm_way.unmerged_descriptors
     assert ours.mean_prompt_tokens == vllm_way.mean_prompt_tokens == 2097  # the client's prompt, as sent
+
+
+def test_the_h200_first_token_runs_history_predicts_what_decode_posted(m60):
+    """benchmarks/served_pd.py --compare-first-token on the H200 (2026-12-03, both calls): a warm-up of 2 requests
+    through the first-token proxy and 1 the vLLM way, then per length 5 of each way, in that order. Decode posted
+    195 / 195, 204 / 201, 276 / 309 (first token from prefill / vLLM's way; BENCHMARKS.md, Served P/D at 60
+    layers, H200): from prefill a request moves N tokens, which hands the next one other runs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("served_pd", Path(__file__).parents[1] / "benchmarks/served_pd.py")
+    served_pd = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(served_pd)
+    prof = dict(served_pd.profile(False), model=str(m60))
+    prof["launch"] = [str(m60) if a == str(served_pd.M60) else a for a in prof["launch"]]
+    sent = [("warm", [(257, 31)] * 2), ("warm_decode_first", [(256, 32)])]
+    for length in (1024, 8192, 32768):
+        sent += [(f"idle_{length}", [(length + 1, 31)] * 5), (f"idle_{length}_decode_first", [(length, 32)] * 5)]
+    counts = served_pd.plan_by_history(prof, sent)
+    assert [counts[f"idle_{n}{way}"] for n in (1024, 8192, 32768) for way in ("", "_decode_first")] == \
+        [195, 195, 204, 201, 276, 309]
