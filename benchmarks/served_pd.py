@@ -137,14 +137,11 @@ def decode_first_proxy(pd_info: dict, log: Path, env: dict) -> tuple[subprocess.
             "--prefill", ends["prefill-0"], "--decode", ends["decode-0"]]
     proc = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = "http://127.0.0.1:8001"
-    import httpx
+    from hybridserve.core.launch.health import is_healthy
 
     for _ in range(60):
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
+        if is_healthy(url):
+            return proc, url
         time.sleep(0.5)
     raise RuntimeError(f"the decode-first proxy did not come up: {log.read_text()[-800:]}")
 

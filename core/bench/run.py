@@ -20,7 +20,8 @@ from hybridserve.core.bench.driver import run_phase
 from hybridserve.core.bench.phase import PhaseSpec, PhaseWork, check_phase, draw_work
 from hybridserve.core.bench.prediction import Prediction
 from hybridserve.core.bench.prompts import make_prompts
-from hybridserve.core.bench.scrape import decode_urls_behind, first_token_behind, scrape, settled_scrape
+from hybridserve.core.bench.scrape import (decode_urls_behind, first_token_behind, proxy_health, scrape,
+                                          settled_scrape)
 from hybridserve.core.bench.served import ServedModel, served_model
 from hybridserve.core.bench.server_metrics import XFER_TIME, NixlStats, delta, nixl_stats
 from hybridserve.core.bench.stream import RequestRecord
@@ -153,9 +154,10 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
             found["vocabulary"] = find_vocabulary(request.vocab_size, model, served)
         for work in works:
             check_phase(work.spec, served.max_model_len)
-        urls = target.metrics_urls or decode_urls_behind(client, deployment.url) or (deployment.url,)
+        health = proxy_health(client, deployment.url)
+        urls = target.metrics_urls or decode_urls_behind(health) or (deployment.url,)
         if target.role == "deployment":
-            found["first_token"] = first_token_behind(client, deployment.url)
+            found["first_token"] = first_token_behind(health)
         phases = tuple(_run_phase(client, deployment.url, served, urls, work, drawn, request, target.role, i,
                                   progress)
                        for i, (work, drawn) in enumerate(zip(works, prompts.get(found["vocabulary"]))))

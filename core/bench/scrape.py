@@ -42,8 +42,9 @@ def settled_scrape(client: Any, urls: tuple[str, ...], keys: tuple[tuple[str, No
     return last
 
 
-def _proxy_health(client: Any, url: str) -> dict:
-    """The project's proxy's /health answer; {} for anything else (a plain server's /health has no body)."""
+def proxy_health(client: Any, url: str) -> dict:
+    """The project's proxy's /health answer (its decode URLs, who samples token 1); {} for anything else (a plain
+    server's /health has no body)."""
     import httpx
 
     try:
@@ -54,13 +55,13 @@ def _proxy_health(client: Any, url: str) -> dict:
     return body if isinstance(body, dict) else {}
 
 
-def decode_urls_behind(client: Any, url: str) -> tuple[str, ...]:
-    """The decode servers the project's proxy routes to (its /health); () for anything else (a plain server)."""
-    decode = _proxy_health(client, url).get("decode")
+def decode_urls_behind(health: dict) -> tuple[str, ...]:
+    """The decode servers the project's proxy routes to, from its /health (proxy_health); () for a plain server."""
+    decode = health.get("decode")
     return tuple(str(u).rstrip("/") for u in decode) if isinstance(decode, list) else ()
 
 
-def first_token_behind(client: Any, url: str) -> str | None:
+def first_token_behind(health: dict) -> str | None:
     """Which role samples token 1 behind the project's proxy ("prefill" or "decode"); None: not our proxy."""
-    value = _proxy_health(client, url).get("first_token")
+    value = health.get("first_token")
     return value if isinstance(value, str) else None

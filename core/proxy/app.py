@@ -67,7 +67,8 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
                 return await _decode_stream(client, decode_pool, path, hops.decode_body(body, kv_params), headers,
                                             metrics)
             timeline.emit("hop2_start", rid)
-            answer = await _timed(metrics, "decode", _decode(client, decode_pool, path, body, kv_params, headers))
+            _, answer = await _timed(metrics, "decode", _post_decode(client, decode_pool, path,
+                                                                     hops.decode_body(body, kv_params), headers))
         except hops.HopError as err:
             metrics.requests[err.outcome] += 1
             return JSONResponse(err.body(), status_code=err.status)
@@ -116,11 +117,6 @@ async def _timed(metrics: ProxyMetrics, hop: str, awaitable: Any) -> Any:
 async def _prefill(client, pool: EndpointPool, path: str, body: dict, headers: dict) -> dict:  # noqa: ANN001
     with pool.use() as url:
         return await hops.prefill(client, url, path, body, headers)
-
-
-async def _decode(client, pool: EndpointPool, path: str, body: dict, kv: dict, headers: dict) -> dict:  # noqa: ANN001
-    with pool.use() as url:
-        return await hops.post_json(client, "decode", url, path, hops.decode_body(body, kv), headers)
 
 
 async def _via_prefill_token(client: httpx.AsyncClient, prefill_pool: EndpointPool, decode_pool: EndpointPool,
