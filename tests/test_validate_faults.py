@@ -158,3 +158,61 @@ def test_a_switchable_deployment_hands_the_decode_server_its_switch_file(tmp_pat
     assert switch.read_text() == "" and faults.armed_from_file(switch)() is None
     with pytest.raises(InputError, match="no fault switch"):
         deployments.Deployment(url="http://x", run_dir=None, engine_logs=()).arm(None)
+
+
+# vLLM 0.26's layout, as its model runner allocates it: one int8 buffer per KVCacheTensor (size bytes, shared_by
+# layers), group g's logical block b in bytes [b * page, (b + 1) * page) of each buffer its layers use; GDN layers
+# hold (conv, ssm) views of it. The stand-in below has 2 tensors, each shared by one GDN and one attention layer.
+class Spec026:  # stands in for vLLM's spec classes: the fault tells them apart by class name
+    pass
+
+
+class MambaSpec(Spec026):
+    pass
+
+
+class FullAttentionSpec(Spec026):
+    pass
+
+
+def worker_026(num_blocks=6, page=32):
+    torch = pytest.importorskip("torch")
+    buffers = [torch.arange(num_blocks * page, dtype=torch.int16).remainder(97).to(torch.int8) + i for i in range(2)]
+    tensors = [types.SimpleNamespace(size=num_blocks * page, shared_by=[f"gdn.{i}", f"attn.{i}"]) for i in range(2)]
+    caches = {}
+    for i, buf in enumerate(buffers):
+        caches[f"gdn.{i}"] = (buf[: num_blocks * 8], buf[num_blocks * 8:])  # views, like (conv, ssm)
+        caches[f"attn.{i}"] = buf.view(num_blocks * 2, page // 2)  # two kernel blocks per logical block
+    groups = [types.SimpleNamespace(layer_names=["gdn.0", "gdn.1"], kv_cache_spec=MambaSpec()),
+              types.SimpleNamespace(layer_names=["attn.0", "attn.1"], kv_cache_spec=FullAttentionSpec())]
+    config = types.SimpleNamespace(num_blocks=num_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
+    return types.SimpleNamespace(kv_cache_config=config, device_kv_caches=caches), buffers, page
+
+
+def test_stale_state_on_026_copies_the_gdn_pages_of_every_tensor_and_nothing_else():
+    worker, buffers, page = worker_026()
+    before = [b.clone() for b in buffers]
+    meta = types.SimpleNamespace(local_block_ids=[[4], [1, 2]], local_physical_block_ids=[[4], [2, 3, 4, 5]])
+    num = faults._overwrite(worker, meta, want_gdn=True, source={0: [0]})
+    assert num == 2  # block 4 of the GDN group, in both tensors
+    for buf, old in zip(buffers, before):
+        assert buf[4 * page:5 * page].tolist() == old[0:page].tolist()  # the stale page
+        assert buf[:4 * page].tolist() == old[:4 * page].tolist() and buf[5 * page:].tolist() == old[5 * page:].tolist()
+
+
+def test_zero_after_transfer_on_026_zeroes_the_attention_blocks_by_logical_id():
+    worker, buffers, page = worker_026()
+    before = [b.clone() for b in buffers]
+    meta = types.SimpleNamespace(local_block_ids=[[4], [1, 2]], local_physical_block_ids=[[4], [2, 3, 4, 5]])
+    assert faults._overwrite(worker, meta, want_gdn=False, source=None) == 4
+    for buf, old in zip(buffers, before):
+        assert not buf[page:3 * page].any()  # logical blocks 1 and 2: kernel blocks 2-5
+        assert buf[:page].tolist() == old[:page].tolist() and buf[3 * page:].tolist() == old[3 * page:].tolist()
+
+
+def test_a_buffer_that_is_not_the_declared_size_is_refused_not_written():
+    worker, buffers, page = worker_026()
+    worker.kv_cache_config.kv_cache_tensors[1].size += page
+    meta = types.SimpleNamespace(local_block_ids=[[4], [1]])
+    with pytest.raises(ValueError, match="bytes allocated"):
+        faults._overwrite(worker, meta, want_gdn=True, source={0: [0]})

@@ -8,8 +8,9 @@ and then moves state that the other side reads wrongly. Each refusal is one line
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hybridserve.core.common.errors import InputError, MissingExtraError
@@ -20,6 +21,8 @@ from hybridserve.core.launch.engine_command import CONV_LAYOUT_ENV, REQUIRED_CON
 from hybridserve.core.launch.stale_run import port_in_use_error
 from hybridserve.core.launch.router_command import ROUTER_IMPORT, MissingRouterError
 from hybridserve.core.launch.topology import Device, ProxyKind
+from hybridserve.core.launch.vllm_version import VllmVersion, installed_vllm
+from hybridserve.core.vllm_plugin.compat import IndexFor, check, installed_index
 
 # (module, purpose) each role needs; the extra to install depends on the device.
 _ENGINE_MODULES = (("vllm", "the prefill/decode servers"), ("nixl", "the KV + GDN state transfer"))
@@ -34,6 +37,7 @@ def preflight(plan: LaunchPlan, *, is_module_available: Callable[[str], bool] | 
     check_conv_layout(plan)
     check_weights(plan)
     check_extras(plan, is_module_available or _is_module_available)
+    check_plugin(plan)
     check_ports(plan, is_port_free or is_tcp_port_free, run_root=run_root)
 
 
@@ -86,6 +90,26 @@ def check_extras(plan: LaunchPlan, is_available: Callable[[str], bool]) -> None:
             raise MissingExtraError(module, extra, f"launch --role {plan.role.value}: {purpose}")
     if Role.PROXY in roles and plan.topology.proxy.kind is ProxyKind.VLLM_ROUTER and not is_available(ROUTER_IMPORT):
         raise MissingRouterError(f"launch --role {plan.role.value} --router vllm-router")
+
+
+def check_plugin(plan: LaunchPlan, environ: Mapping[str, str] | None = None, version: VllmVersion | None = None,
+                 index_for: IndexFor | None = None) -> None:
+    """Every plugin patch an engine will install can run on the installed vLLM (its line, the names it touches,
+    read from vLLM's source: core/vllm_plugin/compat.py). The plugin checks again in the server; here the refusal
+    comes before anything starts."""
+    from hybridserve.core.vllm_plugin import armed_specs
+
+    version = version or installed_vllm()
+    if version is None:
+        return
+    environ = os.environ if environ is None else environ
+    for command in plan.commands:
+        if not command.role.is_engine:
+            continue
+        found = check(armed_specs({**environ, **dict(command.env)}), version, index_for or installed_index)
+        if found:
+            raise InputError(f"{command.name}: {found[0].message}; accepted: vLLM {found[0].supported}, or that "
+                             "patch's switch off")
 
 
 def check_ports(plan: LaunchPlan, is_free: Callable[[str, int], bool], *, run_root: Path | None = None) -> None:

@@ -12,38 +12,97 @@ subprocess). One module per fix; each is off unless `hybridserve launch` set its
 - gdn_dispatch: routes each GDN prefill batch to a tuned profile's winner (`launch --tuned-profile`).
 - nixl_poll: a decode-side NIXL READ completion poller and a late per-step poll (off unless HYBRIDSERVE_NIXL_POLL=1).
 - timeline: one JSON line per P/D request event into HYBRIDSERVE_TIMELINE_FILE (off unless it is set).
+
+manifest.py names the vLLM lines and the vLLM names each patch touches. Before anything is patched, the first vLLM
+process checks the patches it will install against the installed vLLM's source (compat.py) and refuses the start in
+one line when one cannot run there; launch's preflight makes the same check before it starts a server.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable, Mapping
+
+from hybridserve.core.common.fault_kind import FAULT_ENV, FAULT_FILE_ENV
 from hybridserve.core.vllm_plugin import (
-    async_scheduling, cpu_affinity, cpu_conv_layout, faults, nixl_poll, nixl_progress, settings, timeline,
+    async_scheduling, cpu_affinity, cpu_conv_layout, faults, manifest, nixl_poll, nixl_progress, settings, timeline,
     torchvision_shim, transfer_log,
 )
 from hybridserve.core.vllm_plugin.log import logger
+
+CHECKED = "HYBRIDSERVE_PLUGIN_CHECKED"  # set once the check passed: the server's later processes inherit it
+
+
+def installs(config: settings.PluginSettings,
+             env: Mapping[str, str]) -> list[tuple[manifest.PatchSpec, Callable[[], None]]]:
+    """The patches a process with this configuration installs, in order, each with its install call."""
+    out: list[tuple[manifest.PatchSpec, Callable[[], None]]] = [
+        (manifest.TORCHVISION_SHIM, torchvision_shim.install_lazy),
+        (manifest.SCHEDULER_LOG, async_scheduling.install_scheduler_log),
+        (manifest.TRANSFER_LOG, transfer_log.install),
+        (manifest.CPU_CONV_LAYOUT, cpu_conv_layout.install),
+    ]
+    if env.get(FAULT_ENV, "").strip() or env.get(FAULT_FILE_ENV, "").strip():  # validate's fault injection
+        out.append((manifest.FAULTS, faults.install_from_env))
+    path = timeline.path_from_env(dict(env))
+    if path is not None:
+        out.append((manifest.TIMELINE, lambda: timeline.install(path)))
+    poll_us = nixl_poll.poll_us_from_env(dict(env))
+    if poll_us is not None:  # HYBRIDSERVE_NIXL_POLL=1: decode sees READ completions on time
+        out.append((manifest.NIXL_POLL, lambda: nixl_poll.install(poll_us)))
+    if config.keep_async_scheduling:
+        out.append((manifest.KEEP_ASYNC, async_scheduling.install_keep_async))
+    if config.nixl_progress_delay_us is not None:
+        out.append((manifest.NIXL_PROGRESS, lambda: nixl_progress.install(config.nixl_progress_delay_us)))
+    if config.cpu_cores is not None:
+        out.append((manifest.CPU_AFFINITY, lambda: cpu_affinity.install(config.cpu_cores)))
+    if config.gdn_dispatch_profile is not None:
+        def dispatch() -> None:
+            from hybridserve.core.vllm_plugin import gdn_dispatch
+
+            gdn_dispatch.install(config.gdn_dispatch_profile, is_log_calls=config.is_gdn_dispatch_log_calls)
+
+        out.append((manifest.GDN_DISPATCH, dispatch))
+    return out
+
+
+def armed_specs(env: Mapping[str, str]) -> tuple[manifest.PatchSpec, ...]:
+    """The patches a vLLM process started with `env` installs (launch's preflight checks these)."""
+    return tuple(spec for spec, _ in installs(settings.from_env(dict(env)), env))
+
+
+def _refuse_mismatches(specs: list[manifest.PatchSpec], line: str | None) -> None:
+    """Once per server (the first vLLM process): one line and exit 2 when a patch cannot run on this vLLM."""
+    from hybridserve.core.launch.vllm_version import installed_vllm
+    from hybridserve.core.vllm_plugin import compat
+
+    version = installed_vllm()
+    if version is None or os.environ.get(CHECKED):
+        return
+    mismatches = compat.check(specs, version, compat.installed_index)
+    if mismatches:
+        logger.error("%s", mismatches[0].message)
+        print(mismatches[0].message, file=sys.stderr, flush=True)
+        raise SystemExit(2)
+    os.environ[CHECKED] = line or "1"
 
 
 def register() -> None:
     config = settings.from_env()
     if config.is_disabled:
         return
-    torchvision_shim.install_lazy()
-    async_scheduling.install_scheduler_log()
-    transfer_log.install()
-    cpu_conv_layout.install()
-    faults.install_from_env()  # validate's fault injection: off unless HYBRIDSERVE_FAULT(_FILE) is set
-    if timeline.path_from_env() is not None:
-        timeline.install(timeline.path_from_env())
-    if nixl_poll.poll_us_from_env() is not None:  # HYBRIDSERVE_NIXL_POLL=1: decode sees READ completions on time
-        nixl_poll.install(nixl_poll.poll_us_from_env())
-    if config.keep_async_scheduling:
-        async_scheduling.install_keep_async()
-    if config.nixl_progress_delay_us is not None:
-        nixl_progress.install(config.nixl_progress_delay_us)
-    if config.cpu_cores is not None:
-        cpu_affinity.install(config.cpu_cores)
-    if config.gdn_dispatch_profile is not None:
-        from hybridserve.core.vllm_plugin import gdn_dispatch
+    from hybridserve.core.launch.vllm_version import installed_vllm
+    from hybridserve.core.vllm_plugin.compat import is_supported, line_of
 
-        gdn_dispatch.install(config.gdn_dispatch_profile, is_log_calls=config.is_gdn_dispatch_log_calls)
+    version = installed_vllm()
+    line = line_of(version) if version is not None else None
+    chosen = installs(config, os.environ)
+    _refuse_mismatches([spec for spec, _ in chosen], line)
+    for spec, install in chosen:
+        if line is not None and not is_supported(spec, line):  # an always-on patch off its lines (else refused)
+            logger.warning("hybridserve plugin: %s left out: vLLM %s is not a line it was proven on (%s)",
+                           spec.name, line, ", ".join(spec.lines or ()))
+            continue
+        install()
     logger.debug("hybridserve plugin registered: %s", config)

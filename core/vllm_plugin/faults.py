@@ -76,8 +76,9 @@ class _DeferringNixl:
         return "PROC"
 
 
-def _pages(worker: Any, region: int) -> Any:
-    """The region's memory as [num_blocks, page bytes] (the same view vLLM's `_zero_region_blocks` builds)."""
+def _region_pages(worker: Any, region: int) -> Any:
+    """vLLM 0.32: a registered region's memory as [num_blocks, page bytes] (the view vLLM's `_zero_region_blocks`
+    builds)."""
     import torch
 
     base = worker.kv_caches_base_addr[worker.engine_id][worker.tp_rank][region]
@@ -89,6 +90,37 @@ def _pages(worker: Any, region: int) -> Any:
         (worker.block_stride_per_layer[region], 1))
 
 
+def _tensor_pages(worker: Any, tensor: Any) -> Any:
+    """vLLM 0.26: one KV cache tensor (`KVCacheTensor`: `size` bytes, `shared_by` layers) as [num_blocks, page
+    bytes]. The model runner allocates each as its own int8 buffer, and with the hybrid allocator byte range
+    [b * page, (b + 1) * page) holds logical block b of whichever group owns b (DESIGN.md, Memory layout)."""
+    import torch
+
+    cache = worker.device_kv_caches[tensor.shared_by[0]]
+    cache = cache[0] if isinstance(cache, (list, tuple)) else cache  # GDN layers: (conv, ssm) views of the buffer
+    storage, num_blocks = cache.untyped_storage(), worker.kv_cache_config.num_blocks
+    if storage.nbytes() != tensor.size or tensor.size % num_blocks:
+        raise ValueError(f"KV cache tensor of {tensor.shared_by[0]}: {storage.nbytes()} bytes allocated, "
+                         f"{tensor.size} declared for {num_blocks} blocks")
+    return torch.empty(0, dtype=torch.uint8, device=cache.device).set_(
+        storage, 0, (num_blocks, tensor.size // num_blocks), (tensor.size // num_blocks, 1))
+
+
+def _group_pages(worker: Any, group: int) -> list[Any]:
+    """The page views that hold `group`'s blocks, indexed by the block ids `_block_ids` gives for the group."""
+    if hasattr(worker, "region_group_ids"):  # 0.32
+        return [_region_pages(worker, region) for region, owner in enumerate(worker.region_group_ids)
+                if owner in (group, _SHARED_REGION)]
+    layers = set(worker.kv_cache_config.kv_cache_groups[group].layer_names)  # 0.26
+    return [_tensor_pages(worker, t) for t in worker.kv_cache_config.kv_cache_tensors if layers & set(t.shared_by)]
+
+
+def _block_ids(worker: Any, meta: Any) -> Any:
+    """Per group, the request's blocks as the page views count them: 0.32's regions are in kernel blocks
+    (`local_physical_block_ids`), 0.26's tensors in logical blocks (`local_block_ids`; a GDN group's are the same)."""
+    return meta.local_physical_block_ids if hasattr(worker, "region_group_ids") else meta.local_block_ids
+
+
 def _is_gdn_group(worker: Any, group: int) -> bool:
     return "Mamba" in type(worker.kv_cache_config.kv_cache_groups[group].kv_cache_spec).__name__
 
@@ -96,15 +128,12 @@ def _is_gdn_group(worker: Any, group: int) -> bool:
 def _overwrite(worker: Any, meta: Any, want_gdn: bool, source: dict[int, list[int]] | None) -> int:
     """Zero (source None) or overwrite from `source` the request's blocks of the chosen group kind."""
     num = 0
-    for group, blocks in enumerate(meta.local_physical_block_ids):
+    for group, blocks in enumerate(_block_ids(worker, meta)):
         if not blocks or _is_gdn_group(worker, group) != want_gdn:
             continue
-        for region, owner in enumerate(worker.region_group_ids):
-            if owner not in (group, _SHARED_REGION):
-                continue
-            pages = _pages(worker, region)
+        src = (source or {}).get(group)
+        for pages in _group_pages(worker, group):
             for i, block in enumerate(blocks):
-                src = (source or {}).get(group)
                 if src:
                     pages[block].copy_(pages[src[i % len(src)]])
                 else:
@@ -156,6 +185,16 @@ def _patch_early_completion(worker_cls: Any, armed: Armed) -> None:
     setattr(worker_cls, name, step_results)
 
 
+def _inject(worker: Any, kind: FaultKind, meta: Any) -> int:
+    if kind is FaultKind.ZERO_AFTER_TRANSFER:
+        return _overwrite(worker, meta, want_gdn=False, source=None)
+    # stale_state: the first request has no predecessor; it only becomes the stale source of the next one
+    previous = worker.__dict__.get("_hybridserve_previous")
+    num = _overwrite(worker, meta, want_gdn=True, source=previous) if previous else 0
+    worker.__dict__["_hybridserve_previous"] = {g: list(b) for g, b in enumerate(_block_ids(worker, meta)) if b}
+    return num
+
+
 def _patch_after_transfer(worker_cls: Any, kind: FaultKind, armed: Armed) -> None:
     name = results_method(worker_cls)
     results = getattr(worker_cls, name)
@@ -170,13 +209,11 @@ def _patch_after_transfer(worker_cls: Any, kind: FaultKind, armed: Armed) -> Non
             meta = metas.get(req_id)
             if meta is None or req_id in failed:
                 continue
-            if kind is FaultKind.ZERO_AFTER_TRANSFER:
-                num = _overwrite(self, meta, want_gdn=False, source=None)
-            else:  # the first request has no predecessor: it only becomes the stale source of the next one
-                previous = self.__dict__.get("_hybridserve_previous")
-                num = _overwrite(self, meta, want_gdn=True, source=previous) if previous else 0
-                self.__dict__["_hybridserve_previous"] = {
-                    g: list(b) for g, b in enumerate(meta.local_physical_block_ids) if b}
+            try:
+                num = _inject(self, kind, meta)
+            except Exception as e:  # noqa: BLE001 (a fault that cannot act must not end the engine mid-request)
+                logger.warning("hybridserve FAULT %s: request %s left alone: %s", kind.value, req_id, e)
+                continue
             logger.warning("hybridserve FAULT %s: request %s, %d page(s) overwritten after the transfer",
                            kind.value, req_id, num)
         return out
