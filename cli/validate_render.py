@@ -70,11 +70,13 @@ def render(console: Console, report: ValidationReport) -> None:
 
 def _prompt_table(report: ValidationReport) -> Table:
     table = Table(title="per prompt", show_header=True)
-    for name in ("#", "tokens", "divergence", "base top-2 gap", "near-tie", "first-token drift", "mean drift", ""):
+    for name in ("#", "tokens", "divergence", "base top-2 gap", "drift there", "near-tie", "first-token drift",
+                 "mean drift", ""):
         table.add_column(name, justify="right" if name not in ("near-tie", "") else "left")
     for c, why in zip(report.comparisons, report.regressions):
         table.add_row(str(c.index), str(c.num_prompt_tokens), "-" if c.first_divergence is None else
-                      str(c.first_divergence), _fmt(c.divergence_gap), "yes" if c.is_near_tie else "-",
+                      str(c.first_divergence), _fmt(c.divergence_gap), _fmt(c.divergence_drift),
+                      "yes" if c.is_near_tie else "-",
                       _fmt(c.first_token_drift), _fmt(c.mean_logprob_drift),
                       "[green]ok[/]" if why is None else f"[bold red]{why}[/]")
     return table
@@ -83,7 +85,8 @@ def _prompt_table(report: ValidationReport) -> Table:
 def prompt_dict(c, why: str | None) -> dict[str, Any]:  # noqa: ANN001
     return {"index": c.index, "prompt_tokens": c.num_prompt_tokens, "generated_tokens": c.num_tokens,
             "first_divergence": c.first_divergence, "divergence_top2_gap": c.divergence_gap,
-            "is_near_tie": c.is_near_tie, "first_token_drift": c.first_token_drift,
+            "is_near_tie": c.is_near_tie, "divergence_drift": c.divergence_drift,
+            "first_token_drift": c.first_token_drift,
             "mean_logprob_drift": c.mean_logprob_drift, "is_candidate_failed": c.is_candidate_failed,
             "passed": why is None, "regression": why}
 

@@ -113,3 +113,25 @@ def test_the_table_says_not_measured_instead_of_0():
     render(console, report)
     row = next(line for line in console.file.getvalue().splitlines() if "mean_logprob_drift" in line)
     assert "not measured" in row and "FAILED" in row and " 0 " not in row
+
+
+def top_comp(tokens, logprobs, gaps, tops):
+    return Completion(text=" ".join(tokens), tokens=tuple(tokens), logprobs=tuple(logprobs), top2_gaps=tuple(gaps),
+                      top=tuple(tops))
+
+
+@pytest.mark.parametrize("cand_top,want_drift,forgiven", [
+    ({"x": -0.69, "c": -0.71}, 0.01, True),  # the baseline's token moved like noise: a flip at a near-tie
+    ({"x": -0.2, "c": -2.7}, 2.0, False),  # the candidate's distribution moved: a corrupted state, not noise
+    ({"x": -0.1, "y": -3.0}, 2.3, False),  # the baseline's token left its top-k: at least 2.3 below it
+], ids=["noise", "moved", "out-of-top-k"])
+def test_a_near_tie_is_forgiven_only_when_the_candidate_moved_like_noise(cand_top, want_drift, forgiven):
+    base = top_comp(["a", "c"], [-0.1, -0.7], [5, 0.01], [{"a": -0.1, "b": -5.1}, {"c": -0.7, "x": -0.71}])
+    cand = top_comp(["a", "x"], [-0.1, max(cand_top.values())], [5, 0.02], [{"a": -0.1, "b": -5.1}, cand_top])
+    c = compare(0, EX, base, cand, near_tie_tolerance=0.05, max_divergence_drift=0.1)
+    assert c.divergence_drift == pytest.approx(want_drift) and c.is_near_tie is forgiven
+    assert c.num_agreed_tokens == (2 if forgiven else 1)
+    assert compare(0, EX, base, cand, near_tie_tolerance=0.05).is_near_tie  # without the rule: the gap alone
+    why = c.regression(0.1)
+    assert (why is None) if forgiven else why.startswith(
+        f"diverged at token 1 (baseline top-2 gap 0.01, the candidate moved the baseline's token by {want_drift:.4g})")

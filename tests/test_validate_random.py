@@ -68,7 +68,8 @@ def test_a_prompt_regresses_on_a_clear_divergence_not_on_a_near_tie():
     assert (tie.first_divergence, tie.is_near_tie, tie.regression(0.05)) == (1, True, None)
     assert tie.num_prompt_tokens == 3 and tie.first_token_drift == pytest.approx(0.0)
     assert clear.first_divergence == 0 and clear.divergence_gap == pytest.approx(2.9)
-    assert clear.regression(0.05) == "diverged at token 0 (baseline top-2 gap 2.9)"
+    assert clear.regression(0.05) == ("diverged at token 0 (baseline top-2 gap 2.9, the candidate moved the "
+                                      "baseline's token by 0.2)")
     assert clear.first_token_drift == pytest.approx(0.2)  # the baseline's token 'a' from the candidate's top-k
 
 

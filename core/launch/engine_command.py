@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from hybridserve.core.launch.async_scheduling import resolve as resolve_async
 from hybridserve.core.launch.bind_env import listener_env
 from hybridserve.core.launch.instance_cache import InstanceCache
 from hybridserve.core.launch.passthrough import check_passthrough
@@ -87,8 +88,7 @@ def engine_flags(role: str, topology: Topology, instance: EngineInstance,
                    "always on: GDN state moves only with the hybrid KV cache manager"),
         EngineFlag("--enable-prefix-caching", ("--no-enable-prefix-caching",),
                    "always off: SSM prefix caching in P/D is still partial upstream"),
-        EngineFlag("--async-scheduling",
-                   ("--async-scheduling" if engine.is_async_scheduling else "--no-async-scheduling",),
+        EngineFlag("--async-scheduling", resolve_async(engine.is_async_scheduling, topology.device).argv,
                    "set it with --async-scheduling / --no-async-scheduling"),
         EngineFlag("--max-model-len", ("--max-model-len", str(engine.max_model_len)), "set it with --max-model-len"),
         EngineFlag("--max-num-seqs", ("--max-num-seqs", str(engine.max_num_seqs)), "set it with --max-num-seqs"),
@@ -143,7 +143,7 @@ def engine_env(topology: Topology, instance: EngineInstance,
         env["VLLM_CPU_KVCACHE_SPACE"] = str(engine.cpu_kv_cache_gib)
         if cores is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = omp_threads_bind(instance.devices, instance.tp)
-        if engine.is_async_scheduling:
+        if engine.is_async_scheduling is True:  # the CPU platform would switch it off again
             env[plugin_settings.KEEP_ASYNC_SCHEDULING] = "1"
         if engine.is_plugin_fixes:
             env[plugin_settings.NIXL_PROGRESS_DELAY_US] = str(engine.nixl_progress_delay_us)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.async_scheduling import AsyncScheduling
+from hybridserve.core.launch.async_scheduling import resolve as resolve_async
 from hybridserve.core.launch.engine_command import engine_argv, engine_env
 from hybridserve.core.launch.placement import EnginePlacement, placements
 from hybridserve.core.launch.vllm_version import V0_32, VllmFeatures
@@ -54,6 +56,7 @@ class RoleCommand:
     cache: InstanceCache | None = None  # engines only
     gpus: tuple[int, ...] | None = None  # CUDA engines: the GPU ids it runs on
     gpu_memory_utilization: float | None = None  # CUDA engines: its share of each of those GPUs
+    async_scheduling: AsyncScheduling | None = None  # engines: on or off, and why (async_scheduling.py)
 
     @property
     def url(self) -> str:
@@ -103,7 +106,8 @@ def _engine_command(python: str, name: str, kind: str, topology: Topology, inst:
     argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_flags)
     return RoleCommand(name=name, role=Role(kind), argv=argv, env=engine_env(topology, inst, place.extra_env),
                        host=inst.host, port=inst.port, side_channel_port=inst.side_channel_port, cache=cache,
-                       gpus=place.gpus, gpu_memory_utilization=place.gpu_memory_utilization)
+                       gpus=place.gpus, gpu_memory_utilization=place.gpu_memory_utilization,
+                       async_scheduling=resolve_async(topology.engine.is_async_scheduling, topology.device))
 
 
 def proxy_command(python: str, topology: Topology) -> RoleCommand:

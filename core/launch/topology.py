@@ -71,7 +71,7 @@ class EngineOptions:
     kv_cache_dtype: DType | None = None  # --kv-cache-dtype; None: auto (the model dtype)
     attention_backend: AttentionBackend | None = None  # --attention-backend; None: vLLM's choice for the device
     num_speculative_tokens: int = 0  # MTP speculative tokens (--speculative-config); 0: none
-    is_async_scheduling: bool = False
+    is_async_scheduling: bool | None = None  # None: the device's default (async_scheduling.py)
     max_model_len: int = 2048
     max_num_seqs: int = 8
     kv_lease_s: int = 30  # NixlConnector kv_lease_duration: P frees unread blocks after this

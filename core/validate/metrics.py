@@ -6,6 +6,12 @@ continuations have different contexts, so nothing later is compared. A first dif
 (the reference's) best and second-best tokens were within `near_tie_tolerance` (logprob gap) is bf16 noise, not
 a regression: that prompt counts as agreeing in full. The candidate's own gap is not used: a corrupted state
 often makes the candidate unsure, which must not excuse it.
+
+A near-tie is forgiven only when the candidate itself moved like noise there: at the divergence both sides still
+had the same context, so the candidate's logprob of the baseline's token is comparable, and its change from the
+baseline's (the divergence drift) must stay within the drift limit that clean runs set. A flat model (random
+weights: every position a near-tie) otherwise forgives a corrupted GDN state at its first token, because a state
+taken from another request moves the whole distribution and any small gap flips; noise moves it by noise.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ class PromptComparison:
     # another); None: not in the candidate's top-k, or nothing generated
     first_token_drift: float | None = None
     num_prompt_tokens: int | None = None  # token-id prompts (the random dataset)
+    # |baseline - candidate| logprob of the baseline's token at the first difference (same context on both sides);
+    # a lower bound when that token fell out of the candidate's top-k; None: no difference, or no top-k to tell
+    divergence_drift: float | None = None
 
     @property
     def mean_logprob_drift(self) -> float | None:
@@ -45,7 +54,8 @@ class PromptComparison:
         if self.is_candidate_failed:
             return "candidate refused it"
         if self.first_divergence is not None and not self.is_near_tie:
-            return f"diverged at token {self.first_divergence} (baseline top-2 gap {_text(self.divergence_gap)})"
+            return (f"diverged at token {self.first_divergence} (baseline top-2 gap {_text(self.divergence_gap)}, "
+                    f"the candidate moved the baseline's token by {_text(self.divergence_drift)})")
         drift = self.mean_logprob_drift
         if drift is not None and drift > max_logprob_drift:
             return f"mean logprob drift {drift:.4g} > {max_logprob_drift:g}"
@@ -75,6 +85,17 @@ def first_divergence(base: Completion, cand: Completion) -> int | None:
     return None
 
 
+def drift_at(base: Completion, cand: Completion, position: int) -> float | None:
+    """|baseline - candidate| logprob of the baseline's token at `position` (from the candidate's top-k); when the
+    candidate's top-k lacks it, at least the distance to the candidate's k-th logprob."""
+    if position >= len(base.tokens) or position >= len(cand.top) or not cand.top[position]:
+        return None
+    token, mine, theirs = base.tokens[position], base.logprobs[position], cand.top[position]
+    if token in theirs:
+        return abs(mine - theirs[token])
+    return max(0.0, mine - min(theirs.values()))
+
+
 def first_token_drift(base: Completion, cand: Completion) -> float | None:
     if not base.tokens or not cand.tokens:
         return None
@@ -84,7 +105,9 @@ def first_token_drift(base: Completion, cand: Completion) -> float | None:
 
 
 def compare(index: int, example: Example, base: Completion, cand: Completion,
-            near_tie_tolerance: float) -> PromptComparison:
+            near_tie_tolerance: float, max_divergence_drift: float | None = None) -> PromptComparison:
+    """`max_divergence_drift`: a near-tie is forgiven only when the divergence drift is within it (None: the gap
+    alone decides, as before the rule)."""
     num_prompt_tokens = None if isinstance(example.prompt, str) else len(example.prompt)
     if cand.error is not None:
         graded = is_correct(example, base.text)
@@ -97,10 +120,13 @@ def compare(index: int, example: Example, base: Completion, cand: Completion,
     gap = None if where is None else _gap_at(base, where)
     num_compared = len(base.tokens) if where is None else where
     drift = sum(abs(a - b) for a, b in zip(base.logprobs[:num_compared], cand.logprobs[:num_compared]))
+    at = None if where is None else drift_at(base, cand, where)
+    is_near_tie = gap is not None and gap < near_tie_tolerance and (
+        max_divergence_drift is None or at is None or at <= max_divergence_drift)
     return PromptComparison(
         index=index, is_baseline_correct=is_correct(example, base.text),
         is_candidate_correct=is_correct(example, cand.text), num_tokens=len(base.tokens),
-        first_divergence=where, is_near_tie=gap is not None and gap < near_tie_tolerance,
+        first_divergence=where, is_near_tie=is_near_tie, divergence_drift=at,
         num_compared=num_compared, sum_abs_logprob_drift=drift, divergence_gap=gap,
         first_token_drift=first_token_drift(base, cand), num_prompt_tokens=num_prompt_tokens,
     )
