@@ -52,6 +52,8 @@ def command(
     run_dir: Annotated[Path, typer.Option(help="Folder for the started servers' logs.")] = Path("runs"),
     timeout: Annotated[float, typer.Option(help="Seconds per request, and to wait for started servers.")] = 300.0,
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML report here.")] = None,
+    save_completions: Annotated[Optional[Path], typer.Option(help="Write every completion (tokens, logprobs, "
+                                                             "top-k) of each side to this JSON file.")] = None,
     device: Annotated[str, typer.Option(help="Where started configurations run: cpu or cuda (as launch).")] = "cpu",
     gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend of started "
                                                                "configurations.")] = None,
@@ -113,10 +115,16 @@ def command(
         model=model, base_port=base_port, run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout,
         device=Device.parse(device).value,
         engine=EngineOptions(gdn_prefill_backend=gdn_prefill_backend, is_enforce_eager=enforce_eager))
+    if save_completions is not None and not save_completions.parent.is_dir():
+        raise InputError(f"--save-completions {save_completions}: no folder {save_completions.parent}; "
+                         "accepted: a file in an existing folder")
     report = _run_with_progress(request)
     if junit is not None:
         from hybridserve.core.validate.junit import write_junit
         write_junit(junit, report.verdict, suite_name="hybridserve.validate", elapsed_s=report.elapsed_s)
+    if save_completions is not None:
+        from hybridserve.core.validate.evidence import write_completions
+        write_completions(save_completions, report)
     from hybridserve.cli.validate_render import render, report_dict
     print_json(report_dict(report)) if as_json else render(out_console, report)
     if not report.verdict.passed:

@@ -64,6 +64,8 @@ class ValidationReport:
     baseline_answers: tuple[Completion, ...] = ()  # in prompt order; for a later request's `baseline_answers`
     noise: Noise | None = None  # where the near-tie tolerance came from (None: a given limit)
     reference: TargetRun | None = None
+    candidate_answers: tuple[Completion, ...] = ()  # in prompt order: the evidence, to judge again later
+    reference_answers: tuple[Completion, ...] = ()  # in prompt order (the reference ran them reversed)
 
     @property
     def regressions(self) -> tuple[str | None, ...]:
@@ -126,7 +128,7 @@ def validate(request: ValidateRequest, progress: ProgressCallback | None = None)
         base, base_run = _run_target("baseline", request.baseline, request, model, progress)
     else:
         base, base_run = _given_answers(request)
-    noise, ref_run = request.noise, None
+    noise, ref_run, ref = request.noise, None, []
     if noise is None and request.reference is not None:
         ref, ref_run = _run_target("reference", request.reference, request, model, progress, is_reversed=True)
         noise = measure(request.reference.label, base, ref)
@@ -137,7 +139,8 @@ def validate(request: ValidateRequest, progress: ProgressCallback | None = None)
     verdict = judge(summarize(comparisons), thresholds, comparisons)
     return ValidationReport(dataset=request.dataset.name, verdict=verdict, comparisons=comparisons,
                             baseline=base_run, candidate=cand_run, elapsed_s=time.monotonic() - start,
-                            baseline_answers=tuple(base), noise=noise, reference=ref_run)
+                            baseline_answers=tuple(base), noise=noise, reference=ref_run,
+                            candidate_answers=tuple(cand), reference_answers=tuple(ref))
 
 
 def _given_answers(request: ValidateRequest) -> tuple[list[Completion], TargetRun]:
