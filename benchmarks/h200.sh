@@ -19,6 +19,10 @@
 #                                                     # proxy) and from decode (a second proxy, vLLM's way);
 #                                                     # FLAGS go to hybridserve validate
 #   bash benchmarks/h200.sh fallback-warning          # "launch's TCP-fallback warning, live"
+#   bash benchmarks/h200.sh async-start               # "Async scheduling, H200": benchmarks/async_pd_h200.py start,
+#   bash benchmarks/h200.sh async-faults              # then faults, bench, stop: one call each, back to back (the
+#   bash benchmarks/h200.sh async-bench               # servers live across the calls)
+#   bash benchmarks/h200.sh async-stop
 # FLAGS go to the stage's script (kernels: benchmarks/kernels_h200.py tune; tuned-serving:
 # benchmarks/served_tuned_profile.py); a later flag wins over the stage's own.
 # HYBRIDSERVE_DRY=1 prints what a stage would run and runs nothing (tests/test_benchmarks_md.py runs every stage
@@ -241,6 +245,15 @@ YAML
   done
 }
 
+async_step() {  # STEP: five deployments started once, then validate's faults and bench against them
+  setup vllm
+  [ "$1" = start ] && model_60_layers
+  run "$OUT/async_$1.out" "$(left 5)" python3 benchmarks/async_pd_h200.py "$1" --out "$OUT"
+  [ -n "$DRY" ] || tail -c 4000 "$OUT/async_$1.out"
+  [ "$1" = stop ] && keep_logs /tmp/hs-async/runs/pd-on && keep_logs /tmp/hs-async/runs/pd-off
+  pack
+}
+
 case "$stage" in
   copy-bundle) copy_bundle "$@" ;;
   prepare) prepare ;;
@@ -251,6 +264,10 @@ case "$stage" in
   serve) serve "$@" ;;
   validate) validate "$@" ;;
   fallback-warning) fallback_warning "$@" ;;
-  *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate or" \
-       "fallback-warning (got '${stage}')"; exit 2 ;;
+  async-start) async_step start ;;
+  async-faults) async_step faults ;;
+  async-bench) async_step bench ;;
+  async-stop) async_step stop ;;
+  *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
+       "fallback-warning, async-start, async-faults, async-bench or async-stop (got '${stage}')"; exit 2 ;;
 esac
