@@ -267,8 +267,10 @@ def stop(_: argparse.Namespace, __: dict) -> dict:
                 pass
     subprocess.run(["pkill", "-INT", "-f", f"hybridserve.core.proxy --port {DECODE_FIRST_PORT}"], check=False)
     time.sleep(20)
-    left = subprocess.run(["pgrep", "-af", "vllm.entrypoints"], capture_output=True, text=True).stdout
-    return {"stopped": stopped, "left_running": left.strip().splitlines()}
+    ports = {url.rsplit(":", 1)[1] for info in state["deployments"].values()
+             for url in (info.get("endpoints") or {}).values()}
+    left = subprocess.run(["pgrep", "-af", "vllm.entrypoints"], capture_output=True, text=True).stdout.splitlines()
+    return {"stopped": stopped, "left_running": [ln for ln in left if any(f"--port {p} " in ln for p in ports)]}
 
 
 def main() -> None:
