@@ -37,6 +37,7 @@ DRY=${HYBRIDSERVE_DRY:-}
 OUT=${OUT:?OUT: the folder for the results}
 mkdir -p "$OUT"
 deadline=${DEADLINE:-$(( $(date +%s) + 560 ))}
+export DEADLINE=$deadline  # the stage's scripts end their own work before it (async_pd_h200.py, served_pd.py)
 M60=/tmp/m60                           # the 60-layer model (Qwen3.5-397B's TP1 per-layer geometry, random weights)
 M60_FLAGS=(--model $M60 --device cuda --max-model-len 34816 --enforce-eager --gdn-prefill-backend triton)
 
