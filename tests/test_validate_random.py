@@ -91,12 +91,14 @@ def fake_app(mode):
         tokens = [f"token_id:{first + i}" for i in range(n)]
         runner_up = [f"token_id:{500 + i}" for i in range(n)]
         gaps = [0.004 if i == 1 else 3.0 for i in range(n)]  # position 1 is a near-tie in the baseline
-        shift = {"base": 0.0, "ref": 0.01, "tie": 0.0, "diverge": 0.0}[mode]
-        if mode == "tie" and len(prompt) % 2 == 0:  # flips the near-tie of half the prompts
+        shift = {"base": 0.0, "ref": 0.01, "tie": 0.0, "diverge": 0.0, "moved": 0.0}[mode]
+        if mode in ("tie", "moved") and len(prompt) % 2 == 0:  # flips the near-tie of half the prompts
             tokens[1], runner_up[1] = runner_up[1], tokens[1]
         if mode == "diverge" and len(prompt) % 2 == 0:  # a clear flip
             tokens[0], runner_up[0] = runner_up[0], tokens[0]
         top = [{t: -0.1, r: -0.1 - g - shift} for t, r, g in zip(tokens, runner_up, gaps)]
+        if mode == "moved" and len(prompt) % 2 == 0:  # ...and the baseline's token fell by 0.5: not noise
+            top[1][runner_up[1]] = -0.6
         return {"choices": [{"text": "", "logprobs": {"tokens": tokens, "token_logprobs": [-0.1] * n,
                                                       "top_logprobs": top}}]}
 
@@ -107,7 +109,7 @@ def fake_app(mode):
 def servers():
     uvicorn = pytest.importorskip("uvicorn")
     urls, handles = {}, []
-    for mode in ("base", "ref", "tie", "diverge"):
+    for mode in ("base", "ref", "tie", "diverge", "moved"):
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -152,6 +154,17 @@ def test_cli_fails_each_prompt_with_a_clear_flip(servers, tmp_path):
     assert [p["passed"] for p in report["prompts"]] == [False, False, True, True]
     assert report["prompts"][0]["divergence_top2_gap"] == pytest.approx(3.0)
     assert "regressed_prompts" in report["failed_metrics"] and report["metrics"]["near_tie_share"] == 0.0
+
+
+def test_cli_fails_a_near_tie_flip_where_the_candidate_moved_the_baselines_token_beyond_the_tolerance(servers,
+                                                                                                     tmp_path):
+    result = cli(servers, "moved", tmp_path)
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert [p["first_divergence"] for p in report["prompts"]] == [1, 1, None, None]
+    assert [p["divergence_top2_gap"] for p in report["prompts"][:2]] == [pytest.approx(0.004)] * 2  # near-ties
+    assert [p["divergence_drift"] for p in report["prompts"][:2]] == [pytest.approx(0.5)] * 2  # > tolerance 0.01
+    assert [p["passed"] for p in report["prompts"]] == [False, False, True, True]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -38,14 +38,17 @@ def fake_app(mode: str):
             raise fastapi.HTTPException(400, "Out of range float values are not JSON compliant")
         tokens = ([Counter(markers).most_common(1)[0][0], markers[-1]] + ["."] * 16)[: body["max_tokens"]]
         logprobs, gaps = [-0.01] * len(tokens), [4.0] * len(tokens)
+        right = tokens[0]
         if is_even:
-            if mode == "diverge":
+            if mode in ("diverge", "moved"):
                 tokens = ["S99"] + tokens[1:]
             if mode == "flat":  # right, but the best two tokens were nearly tied at the first position
                 gaps[0] = 0.001
         if mode == "drift":
             logprobs = [-0.5] * len(tokens)
         top = [{t: lp, "w000": lp - g} for t, lp, g in zip(tokens, logprobs, gaps)]
+        if is_even and mode == "diverge":  # the right word stays a close second: it moved like noise
+            top[0][right] = logprobs[0] - 0.0005  # ("moved": it left the top-k, at least 4 below)
         return {"choices": [{"text": " " + " ".join(tokens), "logprobs": {
             "tokens": tokens, "token_logprobs": logprobs, "top_logprobs": top}}]}
 
@@ -56,7 +59,7 @@ def fake_app(mode: str):
 def servers():
     """One fake server per mode, each on a free port; stopped at the end of the module."""
     urls, handles = {}, []
-    for mode in ("good", "diverge", "flat", "drift", "error"):
+    for mode in ("good", "diverge", "moved", "flat", "drift", "error"):
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -104,6 +107,9 @@ def test_near_ties_of_the_baseline_are_forgiven_but_accuracy_still_counts(server
     assert [c.metric for c in report.verdict.failures] == ["accuracy_drop"]
     # the candidate's own doubt does not excuse it: a flat candidate against a sure baseline is not a near-tie
     assert run(servers["good"], servers["diverge"]).verdict.metrics.num_near_tie_prompts == 0
+    # nor does the baseline's: a flip where the candidate moved the baseline's word far (out of its top-k) is not
+    moved = run(servers["flat"], servers["moved"]).verdict.metrics
+    assert moved.num_near_tie_prompts == 0 and moved.num_divergent_prompts > 0 and moved.token_agreement < 1.0
 
 
 def test_logprob_drift_alone_fails(servers):

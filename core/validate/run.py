@@ -134,7 +134,7 @@ def validate(request: ValidateRequest, progress: ProgressCallback | None = None)
         noise = measure(request.reference.label, base, ref)
     cand, cand_run = _run_target("candidate", request.candidate, request, model, progress)
     thresholds = request.thresholds if noise is None else measured_limits(request.thresholds, noise)
-    comparisons = tuple(compare(i, ex, b, c, thresholds.near_tie_tolerance, thresholds.max_logprob_drift)
+    comparisons = tuple(compare(i, ex, b, c, thresholds.near_tie_tolerance, thresholds.near_tie_tolerance)
                         for i, (ex, b, c) in enumerate(zip(request.dataset.examples, base, cand)))
     verdict = judge(summarize(comparisons), thresholds, comparisons)
     return ValidationReport(dataset=request.dataset.name, verdict=verdict, comparisons=comparisons,
