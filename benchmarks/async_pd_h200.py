@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 CLI = [sys.executable, "-c", "from hybridserve.cli.app import main; main()"]
 STATE = Path(os.environ.get("HS_ASYNC_STATE", "/tmp/hs-async"))
 M60 = "/tmp/m60"
-FAULTS = ("none", "early_completion", "zero_after_transfer", "stale_state")
+FAULTS = tuple(os.environ.get("HS_ASYNC_FAULTS", "none,early_completion,zero_after_transfer,stale_state").split(","))
 SCHEDULER_LINE = "hybridserve: engine scheduler"
 SHIFT = int(os.environ.get("HS_ASYNC_PORT_SHIFT", "0"))  # every port moved by this (a smoke run beside other servers)
 DECODE_FIRST_PORT = 8001 + SHIFT
@@ -55,7 +55,7 @@ def profile(smoke: bool) -> dict:
                          "--probe-after", "2", "--probe-len", "1500", "--probe-output-len", "4"]}
     return {"launch": ["--device", "cuda", "--model", M60, "--max-model-len", "34816", "--enforce-eager",
                        "--gdn-prefill-backend", "triton"], "model": M60, "kv": "10g",
-            "deployments": tuple(DEPLOYMENTS), "lengths": (1024, 8192, 32768), "idle_requests": 3, "output_len": 32,
+            "deployments": tuple(os.environ.get("HS_ASYNC_DEPLOYMENTS", ",".join(DEPLOYMENTS)).split(",")), "lengths": (1024, 8192, 32768), "idle_requests": 3, "output_len": 32,
             "load": ["--input-len", "500:12000", "--num-requests", "48", "--concurrency", "16", "--probes", "3",
                      "--probe-after", "16", "--probe-len", "32768", "--probe-output-len", "16"]}
 
