@@ -419,10 +419,39 @@ def test_a_request_decode_may_refuse_waits_for_its_answer():
     assert reply.status_code == 400 and reply.json()["error"]["role"] == "decode"
 
 
-@pytest.mark.parametrize("stop,eligible", [(None, True), ("\n", True), (["\n", "."], True), ("\n\n", False),
-                                           (["\n", "END"], False)], ids=["none", "one-char", "one-char-list",
-                                                                          "two-chars", "list-with-three"])
-def test_only_stop_strings_that_cannot_span_two_tokens_keep_the_first_token_path(stop, eligible):
-    from hybridserve.core.proxy.first_token import is_eligible
+def test_each_request_is_counted_by_its_route_and_unknown_fields_by_name():
+    servers = Servers()
+    with _first_token_client(servers) as client:
+        for body in ({"prompt": "hi", "max_tokens": 4}, {"prompt": "hi", "max_tokens": 4},
+                     {"prompt": "hi", "structured_outputs": {"choice": ["a", "b"]}},
+                     {"prompt": "hi", "zeta": 1, "best_of": 1}):
+            assert client.post("/v1/completions", json=body).status_code == 200
+        client.post("/v1/chat/completions", json={"messages": [], "max_tokens": 4})
+        metrics = client.get("/metrics").text
+    assert 'hybridserve_proxy_first_token_total{route="prefill"} 2' in metrics
+    assert 'hybridserve_proxy_first_token_total{route="two_hop",reason="structured_outputs"} 1' in metrics
+    assert 'hybridserve_proxy_first_token_total{route="two_hop",reason="unknown_field"} 1' in metrics
+    assert 'hybridserve_proxy_first_token_total{route="two_hop",reason="endpoint"} 1' in metrics
+    assert 'hybridserve_proxy_unknown_field_total{field="zeta"} 1' in metrics
+    assert 'hybridserve_proxy_unknown_field_total{field="best_of"} 1' in metrics
+    # the structured request went vLLM's way: prefill was not asked to compute the whole prompt
+    assert "_p_side_truncated" not in servers.seen[4][1]["kv_transfer_params"]
 
-    assert is_eligible("/v1/completions", {"prompt": "hi", "max_tokens": 4, "stop": stop}) is eligible
+
+def test_unknown_field_names_are_bounded_in_metrics():
+    from hybridserve.core.proxy.eligibility import Route
+    from hybridserve.core.proxy.metrics import MAX_UNKNOWN_FIELD_NAMES, ProxyMetrics
+
+    metrics = ProxyMetrics()
+    names = tuple(f"f{i}" for i in range(MAX_UNKNOWN_FIELD_NAMES + 5)) + ('a"b\n',)
+    metrics.observe_route(Route(is_first_token=False, reason="unknown_field", unknown_fields=names))
+    text = metrics.render({})
+    assert text.count("hybridserve_proxy_unknown_field_total{") == MAX_UNKNOWN_FIELD_NAMES + 2  # + _other, _unprintable
+    assert 'field="_other"} 5' in text and 'field="_unprintable"} 1' in text and 'a"b' not in text
+
+
+def test_no_route_is_counted_when_decode_samples_every_first_token():
+    with _client(Servers()) as client:
+        client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4})
+        assert "hybridserve_proxy_first_token_total{" not in client.get("/metrics").text
+

