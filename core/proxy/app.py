@@ -169,10 +169,10 @@ async def _max_model_len(client: httpx.AsyncClient, pool: EndpointPool, cache: d
     return cache[url]
 
 
-def _detokenizer(client: httpx.AsyncClient, url: str, body: dict) -> first_token.Detokenize:
-    """Token ids -> text by the decode server's /detokenize (first_token.TextRepair)."""
+def _detokenizer(client: httpx.AsyncClient, url: str, body: dict, role: str = "decode") -> first_token.Detokenize:
+    """Token ids -> text by a server's /detokenize (first_token.TextRepair, first_token.with_hidden_text)."""
     async def detokenize(ids: list[int]) -> str:
-        answer = await hops.post_json(client, "decode", url, "/detokenize",
+        answer = await hops.post_json(client, role, url, "/detokenize",
                                       {"model": body.get("model"), "tokens": ids}, {})
         return str(answer.get("prompt", ""))
     return detokenize
@@ -183,7 +183,8 @@ async def _prefill_first(client, pool: EndpointPool, path: str, body: dict,  # n
     sent = first_token.prefill_body(body)
     with pool.use() as url:
         answer = await hops.post_json(client, "prefill", url, path, sent, headers)
-        return first_token.FirstToken.parse(url, sent, answer)
+        first = first_token.FirstToken.parse(url, sent, answer)
+        return await first_token.with_hidden_text(first, _detokenizer(client, url, body, "prefill"))
 
 
 async def _post_decode(client, pool: EndpointPool, path: str, decode: dict,  # noqa: ANN001

