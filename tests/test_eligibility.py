@@ -62,3 +62,10 @@ def test_an_unknown_field_goes_two_hops_and_is_named():
 def test_chat_and_other_endpoints_go_two_hops():
     assert _reason({"model": "m", "messages": [], "max_tokens": 4}, "/v1/chat/completions") == "endpoint"
 
+
+
+def test_the_benchmarks_streams_keep_the_first_token_path():
+    """bench's and served_pd's requests (core/bench/stream.py): their TTFT figures are the first-token path's."""
+    from hybridserve.core.bench.stream import request_body
+
+    assert _reason(request_body("m", (1, 2, 3), 64)) is None
