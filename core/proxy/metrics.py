@@ -8,7 +8,8 @@ from collections import Counter
 class ProxyMetrics:
     def __init__(self) -> None:
         self.requests: Counter[str] = Counter()  # by outcome: ok, prefill_error, decode_error,
-        # client_error (a role refused the request with a 4xx), cancelled (the client left a stream), bad_request
+        # client_error (a role refused the request with a 4xx), cancelled (the client left a stream), bad_request,
+        # unauthorized (no or a wrong front key: auth.py)
         self.hop_seconds: Counter[str] = Counter()  # summed seconds per hop (prefill, decode)
         self.hop_count: Counter[str] = Counter()
 
