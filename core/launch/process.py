@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.launch.guard import wait_groups_gone, wrapped
+from hybridserve.core.launch.keys import read_key
 from hybridserve.core.launch.plan import RoleCommand
 
 
@@ -60,8 +61,6 @@ def start_role(command: RoleCommand, run_dir: Path) -> RunningRole:
 def child_env(command: RoleCommand, run_dir: Path) -> dict[str, str]:
     """The caller's environment with the role's variables on top; PYTHONPATH is prepended, not replaced; each
     secret variable read from its key file (relative: in the run folder) here, so that it is in no plan or log."""
-    from hybridserve.core.launch.keys import read_key
-
     env = {**os.environ, **dict(command.env)}
     inherited = os.environ.get("PYTHONPATH")
     if "PYTHONPATH" in dict(command.env) and inherited:
