@@ -24,7 +24,8 @@ def access_lines(plan: LaunchPlan) -> list[str]:
     front = ("open front door (no --api-key-file): the proxy answers anyone who reaches it" if plan.is_open else
              f"the proxy asks for the key in {topology.proxy.api_key_file} (Authorization: Bearer) on every path "
              "but /health and /metrics")
-    where = "generated per deployment into engine.key in the run folder, mode 0600" if not key.is_absolute() else f"from {key}"
+    where = (f"from {key}" if key.is_absolute() else
+             "generated per deployment into engine.key in the run folder, mode 0600")
     return [f"access: {front}; the engines answer only the proxy (VLLM_API_KEY {where}; /health and /metrics "
             "stay open)", rest]
 

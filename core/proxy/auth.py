@@ -1,7 +1,7 @@
 """Who may talk to a deployment: a bearer key at a door, as plain ASGI middleware.
 
-- The proxy's front door (`BearerGuard` with the front key, launch's --api-key-file): every path but /health and /metrics asks for
-  `Authorization: Bearer <front key>`.
+- The proxy's front door (`BearerGuard` with the front key, launch's --api-key-file): every path but /health and
+  /metrics asks for `Authorization: Bearer <front key>`.
 - Each engine (`EngineGuard`, given to vLLM as `--middleware`): every path but /health and /metrics asks for the
   engine key from `VLLM_API_KEY`, which only the proxy holds. vLLM's own check of that variable guards only
   /v1, /v2, /inference and /cohere; its /invocations (which serves completions), /tokenize, /detokenize, /pooling,
