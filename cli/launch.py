@@ -48,9 +48,8 @@ def command(
                                                   "(the router extra); default: the topology's.")] = None,
     first_token: Annotated[Optional[str], typer.Option(help="Who samples token 1 behind our proxy: prefill or "
                                                        "decode (vLLM's way); default: the topology's.")] = None,
-    api_key_file: Annotated[Optional[Path], typer.Option(help="File with the key clients must send to the proxy "
-                                                         "(Authorization: Bearer); the engines then answer only "
-                                                         "the proxy. Default: the topology's; none: open.")] = None,
+    api_key_file: Annotated[Optional[Path], typer.Option(help="Key clients send the proxy (Bearer); engines then "
+                                                         "answer it only. Default: the topology's, or open.")] = None,
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
     gpu_memory_utilization: Annotated[float, typer.Option(help="CUDA: part of each GPU split among the roles "
                                                           "on it (two roles on one GPU: 0.45 each).")] = 0.9,
