@@ -49,6 +49,8 @@ def command(
                                                   "(the router extra); default: the topology's.")] = None,
     first_token: Annotated[Optional[str], typer.Option(help="Who samples token 1 behind our proxy: prefill or "
                                                        "decode (vLLM's way); default: the topology's.")] = None,
+    api_key_file: Annotated[Optional[Path], typer.Option(help="Key clients send the proxy (Bearer); engines then "
+                                                         "answer it only. Default: the topology's, or open.")] = None,
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
     gpu_memory_utilization: Annotated[float, typer.Option(help="CUDA: part of each GPU split among the roles "
                                                           "on it (two roles on one GPU: 0.45 each).")] = 0.9,
@@ -82,6 +84,8 @@ def command(
       hybridserve launch --role all -m weightless/ -- --load-format dummy    # vLLM flags for every engine
 
       hybridserve launch --role all --router vllm-router   # vLLM's router (NIXL P/D mode) instead of ours
+
+      hybridserve launch --role all --api-key-file front.key   # clients send the key; engines answer the proxy only
     """
     engine = EngineOptions(
         block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
@@ -98,7 +102,8 @@ def command(
                             run_root=run_dir.resolve(), tuned_profile=tuned_profile,
                             vllm_args=passed_vllm_args(vllm_arg, after_dashes),
                             router=ProxyKind.parse(router) if router else None,
-                            first_token=FirstTokenSource.parse(first_token) if first_token else None)
+                            first_token=FirstTokenSource.parse(first_token) if first_token else None,
+                            api_key_file=api_key_file)
     plan = prepare_launch(request)
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)

@@ -13,10 +13,32 @@ from hybridserve.core.launch.plan import LaunchPlan
 from hybridserve.core.layout.plan_report import layout_dict
 
 
+def access_lines(plan: LaunchPlan) -> list[str]:
+    """Who may talk to the deployment (core/launch/keys.py), for the dry run: file names only, never a key."""
+    topology, key = plan.topology, plan.engine_key_file
+    sides = ", ".join(f"{i.host}:{i.side_channel_port}" for i in (*topology.prefill, *topology.decode))
+    rest = (f"access: open to anyone who reaches them: the NIXL side channels ({sides}) and UCX's listeners on the "
+            "engines' addresses; keep them on a private network")
+    if key is None:
+        return ["access: open (no --api-key-file): the proxy and the engines answer anyone who reaches them", rest]
+    front = ("open front door (no --api-key-file): the proxy answers anyone who reaches it" if plan.is_open else
+             f"the proxy asks for the key in {topology.proxy.api_key_file} (Authorization: Bearer) on every path "
+             "but /health and /metrics")
+    where = (f"from {key}" if key.is_absolute() else
+             "generated per deployment into engine.key in the run folder, mode 0600")
+    return [f"access: {front}; the engines answer only the proxy (VLLM_API_KEY {where}; /health and /metrics "
+            "stay open)", rest]
+
+
 def launch_dict(plan: LaunchPlan) -> dict[str, Any]:
+    key = plan.engine_key_file
+    access = {"is_open": plan.is_open, "api_key_file": _path(plan.topology.proxy.api_key_file),
+              "engine_key_file": _path(key), "is_engine_key_generated": key is not None and not key.is_absolute(),
+              "lines": access_lines(plan)}
     return {"role": plan.role.value, "model": str(plan.topology.model), "vllm": plan.vllm.line,
-            "warnings": list(plan.warnings), "commands": [
+            "warnings": list(plan.warnings), "access": access, "commands": [
         {"name": c.name, "role": c.role.value, "url": c.url, "argv": list(c.argv), "env": dict(c.env),
+         "secret_env": {name: f"read from {path} at start" for name, path in c.secret_env},
          "gpus": list(c.gpus) if c.gpus is not None else None, "gpu_memory_utilization": c.gpu_memory_utilization,
          "block_size": c.cache.block_size if c.cache else None,
          "kernel_block_size": c.cache.kernel_block_size if c.cache else None,
@@ -27,17 +49,24 @@ def launch_dict(plan: LaunchPlan) -> dict[str, Any]:
         for c in plan.commands]}
 
 
+def _path(path) -> str | None:  # noqa: ANN001 (Path | None)
+    return str(path) if path is not None else None
+
+
 def render_dry_run(plan: LaunchPlan) -> None:
     engines = [c for c in plan.commands if c.cache is not None]
     if engines:
         out_console.print(_layout_table(plan, engines))
+    for line in access_lines(plan):
+        out_console.print(f"# {line}", highlight=False, markup=False, soft_wrap=True)
     for c in plan.commands:
         out_console.print(f"[bold]# {c.name}[/]  {c.url}", highlight=False)
         if c.async_scheduling is not None:
             state = "on" if c.async_scheduling.is_on else "off"
             out_console.print(f"# async scheduling {state}: {c.async_scheduling.reason}", highlight=False, markup=False,
                               soft_wrap=True)
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in c.env)
+        secrets = [f'{k}="$(cat {shlex.quote(str(path))})"' for k, path in c.secret_env]  # the file, not the key
+        env = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in c.env), *secrets])
         out_console.print(f"{env} \\\n  {shlex.join(c.argv)}\n", highlight=False, soft_wrap=True, markup=False)
 
 

@@ -53,8 +53,11 @@ class Hosts:
         """`ip netns exec` execs the command: the Popen's pid is the command's own."""
         return subprocess.Popen(self.exec_argv(host, argv), **kwargs)
 
-    def run(self, host: str, argv: list[str], timeout_s: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run(self.exec_argv(host, argv), capture_output=True, text=True, timeout=timeout_s)
+    def run(self, host: str, argv: list[str], timeout_s: float = 60, stdin: str | None = None
+            ) -> subprocess.CompletedProcess:
+        """`stdin`: text for the command's standard input (a secret goes there, never into argv, where ps shows it)."""
+        return subprocess.run(self.exec_argv(host, argv), capture_output=True, text=True, timeout=timeout_s,
+                              input=stdin)
 
     def listeners(self, host: str) -> list[tuple[str, str, str]]:
         """(protocol, local address:port, process) of every listening TCP and bound UDP socket in the host's

@@ -207,7 +207,7 @@ from hybridserve.core.launch.runner import started
 port = int(sys.argv[1])
 command = RoleCommand(name="server", role=Role.PROXY, argv=(sys.executable, "-c", sys.argv[2], str(port)), env=(),
                       host="127.0.0.1", port=port)
-with started(types.SimpleNamespace(commands=(command,)), Path(sys.argv[3]), timeout_s=60):
+with started(types.SimpleNamespace(commands=(command,), engine_key_file=None), Path(sys.argv[3]), timeout_s=60):
     print("serving", flush=True)
     time.sleep(300)
 """

@@ -46,6 +46,7 @@ class EngineFlag:
     argv: tuple[str, ...]
     set_by: str  # how the operator sets it instead, or why it is fixed
     aliases: tuple[str, ...] = ()  # vLLM's short forms (engine/arg_utils.py: "-tp", "-sc")
+    is_secret: bool = False  # its value is a key: a refusal names the flag only, never `--flag=value`
 
 
 def cache_flags(settings: CacheSettings) -> tuple[EngineFlag, ...]:
@@ -101,7 +102,21 @@ def engine_flags(role: str, topology: Topology, instance: EngineInstance,
                    "set it with --attention-backend"),
         EngineFlag("--gdn-prefill-backend", ("--gdn-prefill-backend", gdn) if gdn else (),
                    "set it with --gdn-prefill-backend or --tuned-profile"),
+        EngineFlag("--api-key", (), "never on a command line, where ps shows it: topology engine: {api_key_file: "
+                   "FILE}", is_secret=True),
     )
+
+
+# vLLM's --middleware hook (an import path, no key): refuses every path but /health and /metrics without the key
+ENGINE_GUARD = "hybridserve.core.proxy.auth.EngineGuard"
+
+
+def guard_flags(key_file: Path | None) -> tuple[EngineFlag, ...]:
+    """With an engine key: the project's guard in front of vLLM's app (it reads VLLM_API_KEY, as vLLM's own check
+    does, and also closes the paths vLLM leaves open: /invocations, /tokenize, /detokenize, ...)."""
+    if key_file is None:
+        return ()
+    return (EngineFlag("--middleware", ("--middleware", ENGINE_GUARD), "set by an engine key (keys.py)"),)
 
 
 def engine_argv(python: str, role: str, topology: Topology, instance: EngineInstance,

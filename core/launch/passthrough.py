@@ -66,7 +66,8 @@ def check_passthrough(tokens: Iterable[str], owned: Iterable[EngineFlag], *, wha
     for token in tokens:
         flag = owner(token, owned)
         if flag is not None:
-            raise InputError(f"{what} {token}: launch sets {flag.name} itself ({flag.set_by}); accepted: "
+            shown = token.split("=", 1)[0] if flag.is_secret else token  # `--api-key=KEY` names the flag only
+            raise InputError(f"{what} {shown}: launch sets {flag.name} itself ({flag.set_by}); accepted: "
                              f"vLLM flags launch does not set")
 
 

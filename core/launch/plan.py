@@ -9,12 +9,14 @@ from __future__ import annotations
 import enum
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch import keys
 from hybridserve.core.launch.async_scheduling import AsyncScheduling
 from hybridserve.core.launch.async_scheduling import resolve as resolve_async
-from hybridserve.core.launch.engine_command import engine_argv, engine_env
+from hybridserve.core.launch.engine_command import engine_argv, engine_env, guard_flags
 from hybridserve.core.launch.placement import EnginePlacement, placements
 from hybridserve.core.launch.vllm_version import V0_32, VllmFeatures
 from hybridserve.core.launch.instance_cache import InstanceCache, instance_cache
@@ -49,6 +51,8 @@ class RoleCommand:
     role: Role
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]  # only what launch sets; the rest is inherited
+    secret_env: tuple[tuple[str, Path], ...] = ()  # variables read from a key file when the role starts (keys.py):
+    # never in `env`, so never in the dry run or plan.json; a relative path is inside the run folder
     host: str
     port: int
     side_channel_port: int | None = None
@@ -72,6 +76,12 @@ class LaunchPlan:
     commands: tuple[RoleCommand, ...]  # what this host starts, engines first, proxy last
     vllm: VllmFeatures = V0_32  # whose command line the engines got
     warnings: tuple[str, ...] = ()  # one line each, shown before anything starts
+    engine_key_file: Path | None = None  # the engines' key (keys.py); relative: generated into the run folder
+
+    @property
+    def is_open(self) -> bool:
+        """No front key: the proxy answers anyone who reaches it."""
+        return self.topology.proxy.api_key_file is None
 
     def command(self, name: str) -> RoleCommand:
         return next(c for c in self.commands if c.name == name)
@@ -86,31 +96,40 @@ def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None
     caches = tuple((name, _cache(name, model, topology, inst)) for name, _, inst in engines)
     cache_of = dict(caches)
     place = placements(topology, engines, vllm)
+    key = _engine_key(topology, role)
     commands = [
-        _engine_command(python, name, kind, topology, inst, cache_of[name], place[name])
+        _engine_command(python, name, kind, topology, inst, cache_of[name], place[name], key)
         for name, kind, inst in engines
         if role in (Role.ALL, Role.SINGLE) or (role.value == kind and index in (None, int(name.rsplit("-", 1)[1])))
     ]
     if role in (Role.ALL, Role.PROXY):
-        commands.append(proxy_command(python, topology))
+        commands.append(proxy_command(python, topology, key))
     if not commands:
         count = len(topology.prefill if role is Role.PREFILL else topology.decode)
         raise InputError(f"--index {index}: the topology has {count} {role.value} instance(s); "
                          f"accepted: 0..{count - 1}")
     return LaunchPlan(topology=topology, role=role, index=index, caches=caches, commands=tuple(commands),
-                      vllm=vllm, warnings=warnings)
+                      vllm=vllm, warnings=warnings, engine_key_file=key)
+
+
+def _engine_key(topology: Topology, role: Role) -> Path | None:
+    if role is Role.SINGLE and keys.is_guarded(topology):
+        raise InputError("--role single with an API key file: one plain server has no proxy to hold the key; "
+                         "accepted: --role all, prefill, decode or proxy (or no key file)")
+    return keys.engine_key_file(topology, starts_every_role=role is Role.ALL)
 
 
 def _engine_command(python: str, name: str, kind: str, topology: Topology, inst: EngineInstance,
-                    cache: InstanceCache, place: EnginePlacement) -> RoleCommand:
-    argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_flags)
+                    cache: InstanceCache, place: EnginePlacement, key: Path | None) -> RoleCommand:
+    argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_flags + guard_flags(key))
     return RoleCommand(name=name, role=Role(kind), argv=argv, env=engine_env(topology, inst, place.extra_env),
+                       secret_env=((keys.ENGINE_KEY_ENV, key),) if key is not None else (),
                        host=inst.host, port=inst.port, side_channel_port=inst.side_channel_port, cache=cache,
                        gpus=place.gpus, gpu_memory_utilization=place.gpu_memory_utilization,
                        async_scheduling=resolve_async(topology.engine.is_async_scheduling, topology.device))
 
 
-def proxy_command(python: str, topology: Topology) -> RoleCommand:
+def proxy_command(python: str, topology: Topology, engine_key: Path | None = None) -> RoleCommand:
     proxy = topology.proxy
     if proxy.kind is ProxyKind.VLLM_ROUTER:
         return RoleCommand(name="proxy", role=Role.PROXY, argv=router_argv(python, topology),
@@ -123,6 +142,10 @@ def proxy_command(python: str, topology: Topology) -> RoleCommand:
         argv += ["--prefill", f"http://{inst.host}:{inst.port}"]
     for inst in topology.decode:
         argv += ["--decode", f"http://{inst.host}:{inst.port}"]
+    if proxy.api_key_file is not None:  # paths only: the proxy reads the keys when it starts
+        argv += ["--api-key-file", str(proxy.api_key_file)]
+    if engine_key is not None:
+        argv += ["--engine-key-file", str(engine_key)]
     return RoleCommand(name="proxy", role=Role.PROXY, argv=tuple(argv), env=(("PYTHONUNBUFFERED", "1"),),
                        host=proxy.host, port=proxy.port)
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hybridserve.core.common.errors import InputError, MissingExtraError
-from hybridserve.core.launch import model_form
+from hybridserve.core.launch import keys, model_form
 from hybridserve.core.launch.passthrough import passed_value
 from hybridserve.core.launch.plan import LaunchPlan, Role, RoleCommand
 from hybridserve.core.launch.engine_command import CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT
@@ -39,6 +39,8 @@ def preflight(plan: LaunchPlan, *, is_module_available: Callable[[str], bool] | 
     check_extras(plan, is_module_available or _is_module_available)
     check_plugin(plan)
     check_ports(plan, is_port_free or is_tcp_port_free, run_root=run_root)
+    has_proxy = any(c.role is Role.PROXY for c in plan.commands)  # only the proxy's host reads the front key
+    keys.check_key_files(plan.topology.proxy.api_key_file if has_proxy else None, plan.engine_key_file)
 
 
 def check_pairs(plan: LaunchPlan) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.launch.guard import wait_groups_gone, wrapped
+from hybridserve.core.launch.keys import read_key
 from hybridserve.core.launch.plan import RoleCommand
 
 
@@ -46,7 +47,7 @@ def start_role(command: RoleCommand, run_dir: Path) -> RunningRole:
     """Start one role; stdout and stderr go to `<run_dir>/<name>.log`, its pid to `<name>.pid`; cwd: the run folder."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / f"{command.name}.log"
-    env = child_env(command)
+    env = child_env(command, run_dir)
     with open(log_path, "ab") as log:
         try:
             popen = subprocess.Popen(wrapped(command.argv), env=env, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT,
@@ -57,12 +58,15 @@ def start_role(command: RoleCommand, run_dir: Path) -> RunningRole:
     return RunningRole(command, popen, log_path)
 
 
-def child_env(command: RoleCommand) -> dict[str, str]:
-    """The caller's environment with the role's variables on top; PYTHONPATH is prepended, not replaced."""
+def child_env(command: RoleCommand, run_dir: Path) -> dict[str, str]:
+    """The caller's environment with the role's variables on top; PYTHONPATH is prepended, not replaced; each
+    secret variable read from its key file (relative: in the run folder) here, so that it is in no plan or log."""
     env = {**os.environ, **dict(command.env)}
     inherited = os.environ.get("PYTHONPATH")
     if "PYTHONPATH" in dict(command.env) and inherited:
         env["PYTHONPATH"] = dict(command.env)["PYTHONPATH"] + os.pathsep + inherited
+    for name, path in command.secret_env:
+        env[name] = read_key(run_dir / path, what=f"{command.name}: {name} from")
     return env
 
 

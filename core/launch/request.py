@@ -33,6 +33,7 @@ class LaunchRequest:
     vllm_args: tuple[str, ...] = ()  # vLLM flags for every engine, after the topology's engine.vllm_args
     router: ProxyKind | None = None  # the proxy role's kind (--router); None: the topology's (default: ours)
     first_token: FirstTokenSource | None = None  # --first-token; None: the topology's (default: prefill)
+    api_key_file: Path | None = None  # --api-key-file: the front key (keys.py); None: the topology's (default: open)
 
 
 def prepare_launch(request: LaunchRequest) -> LaunchPlan:
@@ -45,6 +46,8 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
         topology = replace(topology, proxy=replace(topology.proxy, kind=request.router))
     if request.first_token is not None:
         topology = replace(topology, proxy=replace(topology.proxy, first_token=request.first_token))
+    if request.api_key_file is not None:
+        topology = replace(topology, proxy=replace(topology.proxy, api_key_file=request.api_key_file.resolve()))
     if topology.proxy.kind is ProxyKind.VLLM_ROUTER and request.first_token is FirstTokenSource.PREFILL:
         raise InputError("--first-token prefill: vllm-router takes the first token from decode; accepted with "
                          "--router vllm-router: decode (or leave it out)")

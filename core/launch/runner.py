@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hybridserve.core.launch.gpus import start_waves
+from hybridserve.core.launch.keys import write_new_key
 from hybridserve.core.launch.guard import Guard
 from hybridserve.core.launch.plan import LaunchPlan, RoleCommand
 from hybridserve.core.launch.process import RunningRole, start_role, stop_roles
@@ -35,6 +36,8 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
     roles: list[RunningRole] = []
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_plan(plan, run_dir)
+    if plan.engine_key_file is not None and not plan.engine_key_file.is_absolute():
+        write_new_key(run_dir / plan.engine_key_file)  # this deployment's engine key, mode 0600 (keys.py)
     (run_dir / LAUNCHER_PID_FILE).write_text(f"{os.getpid()}\n")
     guard = Guard()
 
@@ -57,7 +60,8 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
 
 
 def _write_plan(plan: LaunchPlan, run_dir: Path) -> None:
-    data = [{"name": c.name, "argv": list(c.argv), "env": dict(c.env), "url": c.url} for c in plan.commands]
+    data = [{"name": c.name, "argv": list(c.argv), "env": dict(c.env), "url": c.url,
+             "secret_env": {name: str(path) for name, path in c.secret_env}} for c in plan.commands]
     tmp = run_dir / "plan.json.tmp"
     tmp.write_text(json.dumps(data, indent=2))
     tmp.rename(run_dir / "plan.json")

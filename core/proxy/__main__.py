@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.keys import read_key
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.launch.topology import FirstTokenSource, RoutingPolicy
 
@@ -19,10 +22,19 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
     parser.add_argument("--model-name", default=None)
     parser.add_argument("--first-token", default="prefill", choices=[s.value for s in FirstTokenSource],
                         help="who samples a plain completion's first token (core/proxy/first_token.py)")
+    parser.add_argument("--api-key-file", type=Path, default=None,
+                        help="file with the key clients send (Authorization: Bearer); none: open to anyone")
+    parser.add_argument("--engine-key-file", type=Path, default=None,
+                        help="file with the key the engines ask for (their VLLM_API_KEY)")
     args = parser.parse_args(argv)
+    try:
+        keys = {name: read_key(path, what=f"--{name.replace('_', '-')}-file") if path else None
+                for name, path in (("api_key", args.api_key_file), ("engine_key", args.engine_key_file))}
+    except InputError as exc:
+        parser.error(str(exc))  # one line, exit 2; it names the file, never the key
     config = ProxyConfig(prefill_urls=tuple(args.prefill), decode_urls=tuple(args.decode),
                          policy=RoutingPolicy.parse(args.policy), timeout_s=args.timeout, model_name=args.model_name,
-                         first_token=FirstTokenSource.parse(args.first_token))
+                         first_token=FirstTokenSource.parse(args.first_token), **keys)
     return config, args.host, args.port
 
 

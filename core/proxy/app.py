@@ -1,6 +1,7 @@
 """The OpenAI-compatible P/D proxy: FastAPI in front of prefill and decode vLLM servers, httpx behind.
 
-Routes: POST /v1/completions and /v1/chat/completions (streaming too), GET /v1/models, /health, /metrics.
+Routes: POST /v1/completions and /v1/chat/completions (streaming too), GET /v1/models, /health, /metrics. With a
+front key every route but /health and /metrics asks for it (auth.py).
 Each generation request goes to a prefill server (max_tokens=1, do_remote_decode) and then to a decode server
 with the kv_transfer_params that came back; both hops carry the same X-Request-Id. With `first_token` prefill (the
 default) a plain completion gets its first token from the prefill hop (first_token.py); otherwise, and for chat,
@@ -20,6 +21,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from hybridserve.core.launch.topology import FirstTokenSource
 from hybridserve.core.proxy import eligibility, first_token, hops, streaming
+from hybridserve.core.proxy.auth import BearerGuard
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
@@ -38,12 +40,17 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        async with httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), limits=limits,
+        # every call to an engine (both hops, /v1/models, /detokenize) carries the engine key, never the client's
+        headers = {"Authorization": f"Bearer {config.engine_key}"} if config.engine_key else None
+        async with httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), limits=limits, headers=headers,
                                      transport=transport) as client:
             app.state.client = client
             yield
 
     app = FastAPI(title="hybridserve P/D proxy", lifespan=lifespan)
+    if config.api_key is not None:  # the front door: every path but /health and /metrics (auth.py)
+        app.add_middleware(BearerGuard, key=config.api_key,
+                           on_refused=lambda: metrics.requests.update(unauthorized=1))
 
     async def generate(request: Request, path: str) -> Any:
         try:

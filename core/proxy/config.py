@@ -1,8 +1,8 @@
-"""The proxy's settings: where the prefill and decode servers are, how to pick one, how long to wait."""
+"""The proxy's settings: where the prefill and decode servers are, how to pick one, how long to wait, the keys."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hybridserve.core.launch.topology import FirstTokenSource, RoutingPolicy
 
@@ -15,3 +15,6 @@ class ProxyConfig:
     timeout_s: float = 120.0  # per hop (connect, each read): a server that stalls fails the request, never hangs it
     model_name: str | None = None
     first_token: FirstTokenSource = FirstTokenSource.PREFILL  # who samples a plain completion's token 1
+    # keys (core/launch/keys.py), kept out of repr so that no log of the config shows one
+    api_key: str | None = field(default=None, repr=False)  # what clients must send; None: the door is open
+    engine_key: str | None = field(default=None, repr=False)  # what the proxy sends the engines; None: nothing

@@ -86,6 +86,7 @@ ALLOWED: dict[str, Rule] = {
     "logprobs": _any, "return_tokens_as_token_ids": _any,
     "seed": _is_greedy_seed,
     "user": _any, "cache_salt": _any,  # both hops carry them unchanged
+    "kv_transfer_params": _any,  # the proxy's own: replaced on both hops, a client's never reaches an engine
     # at vLLM's default only (the same as absent)
     "n": _only(1), "echo": _only(False), "use_beam_search": _only(False), "suffix": _only(),
     "presence_penalty": _only(0, 0.0), "frequency_penalty": _only(0, 0.0),  # vLLM counts output tokens only

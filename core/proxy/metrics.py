@@ -14,7 +14,8 @@ _LABEL_SAFE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 class ProxyMetrics:
     def __init__(self) -> None:
         self.requests: Counter[str] = Counter()  # by outcome: ok, prefill_error, decode_error,
-        # client_error (a role refused the request with a 4xx), cancelled (the client left a stream), bad_request
+        # client_error (a role refused the request with a 4xx), cancelled (the client left a stream), bad_request,
+        # unauthorized (no or a wrong front key: auth.py)
         self.hop_seconds: Counter[str] = Counter()  # summed seconds per hop (prefill, decode)
         self.hop_count: Counter[str] = Counter()
         self.first_token: Counter[tuple[str, str]] = Counter()  # by (route, reason): ("prefill", ""), or
