@@ -20,6 +20,8 @@ def command(
     baseline: Annotated[str, typer.Option(help=f"{_TARGET}; 'none' for no baseline.")] = "single-sync",
     control: Annotated[Optional[str], typer.Option(help="A/A control: a second baseline (the same configuration "
                                                    "started again, or another URL).")] = None,
+    api_key_file: Annotated[Optional[Path], typer.Option(help="The deployment's front key (launch --api-key-file), "
+                                                         "sent to it only.")] = None,
     metrics: Annotated[Optional[list[str]], typer.Option(help="Decode server URL whose /metrics has the NIXL "
                                                          "stats (repeatable; default: the proxy's decode "
                                                          "servers).")] = None,
@@ -84,6 +86,7 @@ def command(
     from hybridserve.core.bench.run import BenchRequest
     from hybridserve.core.common.fault_kind import parse_fault
     from hybridserve.core.common.output_path import check_output_path
+    from hybridserve.core.launch.keys import read_key
     from hybridserve.core.launch.topology import Device, EngineOptions
 
     for path, flag in ((png, "--png"), (out, "--out")):
@@ -102,7 +105,8 @@ def command(
         targets=_targets(deployment, baseline, control, metrics, parse_fault(fault)), phases=phases, seed=seed,
         prompt_seed=prompt_seed, model=model, served_model=served_model, vocab_size=vocab_size, base_port=base_port,
         run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout, request_timeout_s=timeout,
-        device=Device.parse(device).value, engine=engine)
+        device=Device.parse(device).value, engine=engine,
+        api_key=read_key(api_key_file, what="--api-key-file") if api_key_file else None)
     report = _run_with_progress(request)
     from hybridserve.cli.bench_render import render, report_dict, write_json
 

@@ -54,6 +54,8 @@ def command(
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML report here.")] = None,
     save_completions: Annotated[Optional[Path], typer.Option(help="Write every completion (tokens, logprobs, "
                                                              "top-k) of each side to this JSON file.")] = None,
+    api_key_file: Annotated[Optional[Path], typer.Option(help="The candidate's front key (launch --api-key-file), "
+                                                         "sent to it only.")] = None,
     device: Annotated[str, typer.Option(help="Where started configurations run: cpu or cuda (as launch).")] = "cpu",
     gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend of started "
                                                                "configurations.")] = None,
@@ -87,6 +89,7 @@ def command(
     from hybridserve.core.validate.random_prompts import RANDOM, load_random
     from hybridserve.core.validate.thresholds import Thresholds
     from hybridserve.core.common.fault_kind import parse_fault
+    from hybridserve.core.launch.keys import read_key
     from hybridserve.core.launch.topology import Device, EngineOptions
 
     targets = (parse_target(baseline, what="baseline"),
@@ -111,7 +114,8 @@ def command(
         settings=RequestSettings(max_tokens=positive(max_tokens, "--max-tokens"), timeout_s=timeout,
                                  concurrency=positive(concurrency, "--concurrency"),
                                  ignore_eos=ignore_eos or is_random, model=served_model, is_token_ids=is_random,
-                                 num_top_logprobs=top_k(top_logprobs, is_random)),
+                                 num_top_logprobs=top_k(top_logprobs, is_random),
+                                 api_key=read_key(api_key_file, what="--api-key-file") if api_key_file else None),
         model=model, base_port=base_port, run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout,
         device=Device.parse(device).value,
         engine=EngineOptions(gdn_prefill_backend=gdn_prefill_backend, is_enforce_eager=enforce_eager))

@@ -15,7 +15,7 @@ OnDone = Callable[[], None]
 
 def run_phase(url: str, model: str, work: PhaseWork, prompts: tuple[tuple[int, ...], ...],
               probes: tuple[tuple[int, ...], ...], *, timeout_s: float, on_done: OnDone | None = None,
-              transport=None) -> tuple[RequestRecord, ...]:  # noqa: ANN001
+              transport=None, headers: dict[str, str] | None = None) -> tuple[RequestRecord, ...]:  # noqa: ANN001
     """The phase's records (requests in order, then probes); `on_done` after each answered request or probe.
     `transport` replaces the network for tests (httpx.MockTransport); None: real connections."""
     try:
@@ -23,10 +23,10 @@ def run_phase(url: str, model: str, work: PhaseWork, prompts: tuple[tuple[int, .
     except ImportError:
         raise MissingExtraError("httpx", "cpu", "bench") from None
     return asyncio.run(_run(httpx, url, model, work, prompts, probes, timeout_s, on_done or (lambda: None),
-                            transport))
+                            transport, headers))
 
 
-async def _run(httpx, url, model, work, prompts, probes, timeout_s, on_done, transport):  # noqa: ANN001, ANN202
+async def _run(httpx, url, model, work, prompts, probes, timeout_s, on_done, transport, headers):  # noqa: ANN001, ANN202
     load, probe = work.spec.load, work.spec.probe
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
     slots = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
@@ -34,7 +34,8 @@ async def _run(httpx, url, model, work, prompts, probes, timeout_s, on_done, tra
     finished = [0]
     if probe is None or probe.after_requests == 0:
         probe_go.set()
-    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits, transport=transport) as client:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), limits=limits, transport=transport,
+                                 headers=headers) as client:
         start = time.perf_counter()
 
         async def one(i: int) -> RequestRecord:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from hybridserve.core.bench.served import ServedModel, served_model
 from hybridserve.core.bench.server_metrics import XFER_TIME, NixlStats, delta, nixl_stats
 from hybridserve.core.bench.stream import RequestRecord
 from hybridserve.core.bench.vocab import Vocabulary, find_vocabulary
+from hybridserve.core.validate.client import auth_headers
 from hybridserve.core.validate.deployments import Target, deployed
 
 ProgressCallback = Callable[[str, int, int], None]  # (what runs now, done, total)
@@ -54,6 +55,7 @@ class BenchRequest:
     request_timeout_s: float = 300.0
     device: str = "cpu"
     engine: Any = None  # launch's EngineOptions for started configurations and the prediction
+    api_key: str | None = field(default=None, repr=False)  # the deployment's front key, sent to it only
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,9 +149,10 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
     with deployed(target.target, model=model or default_model(), base_port=request.base_port,
                   run_root=request.run_root.resolve(), num_cores=request.num_cores,
                   timeout_s=request.start_timeout_s, device=request.device, engine=request.engine) as deployment, \
-            httpx.Client(timeout=30) as client:
+            httpx.Client(timeout=30) as client:  # the front key only on requests to the deployment's front
         name = request.served_model or (model.name if target.target.config is not None and model else None)
-        served = found["served"] = served_model(client, deployment.url, name)
+        headers = auth_headers(request.api_key if target.role == "deployment" else None)  # its front key only
+        served = found["served"] = served_model(client, deployment.url, name, headers)
         if "vocabulary" not in found:  # prompts are drawn once, from the first target's model
             found["vocabulary"] = find_vocabulary(request.vocab_size, model, served)
         for work in works:
@@ -159,7 +162,7 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
         if target.role == "deployment":
             found["first_token"] = first_token_behind(health)
         phases = tuple(_run_phase(client, deployment.url, served, urls, work, drawn, request, target.role, i,
-                                  progress)
+                                  progress, headers)
                        for i, (work, drawn) in enumerate(zip(works, prompts.get(found["vocabulary"]))))
     return TargetResult(role=target.role, label=target.target.label, url=deployment.url, metrics_urls=urls,
                         run_dir=deployment.run_dir, phases=phases, elapsed_s=time.monotonic() - begun)
@@ -177,7 +180,7 @@ def _starts_any(request: BenchRequest) -> bool:
 
 def _run_phase(client: Any, url: str, served: ServedModel, metrics_urls: tuple[str, ...], work: PhaseWork,
                drawn: tuple, request: BenchRequest, role: str, index: int,
-               progress: ProgressCallback | None) -> PhaseResult:
+               progress: ProgressCallback | None, headers: dict[str, str] | None = None) -> PhaseResult:
     prompts, probe_prompts = drawn
     total, done = len(prompts) + len(probe_prompts), [0]
     what = f"{role}: phase {index + 1} ({work.spec.name})"
@@ -191,7 +194,7 @@ def _run_phase(client: Any, url: str, served: ServedModel, metrics_urls: tuple[s
         progress(what, 0, total)
     before = scrape(client, metrics_urls)
     records = run_phase(url, served.name, work, prompts, probe_prompts, timeout_s=request.request_timeout_s,
-                        on_done=on_done)
+                        on_done=on_done, headers=headers)
     after = settled_scrape(client, metrics_urls, ((f"{XFER_TIME}_count", None),))
     load = [r for r in records if not r.is_probe]
     probes = [r for r in records if r.is_probe]

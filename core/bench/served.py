@@ -24,12 +24,12 @@ class ServedModel:
         return path if (path / "config.json").is_file() else None
 
 
-def served_model(client: Any, url: str, name: str | None) -> ServedModel:
-    """The model called `name` (None: the first listed)."""
+def served_model(client: Any, url: str, name: str | None, headers: dict[str, str] | None = None) -> ServedModel:
+    """The model called `name` (None: the first listed); `headers`: a guarded deployment's key."""
     import httpx
 
     try:
-        response = client.get(f"{url}/v1/models")
+        response = client.get(f"{url}/v1/models", headers=headers)
         cards = response.json().get("data") or [] if response.status_code == 200 else []
     except (httpx.HTTPError, ValueError, AttributeError) as exc:
         raise CouldNotRunError(f"endpoint {url}: GET /v1/models failed: {exc}") from None

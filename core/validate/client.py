@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from hybridserve.core.common.errors import CouldNotRunError, MissingExtraError
@@ -38,6 +38,7 @@ class RequestSettings:
     # vLLM's return_tokens_as_token_ids: tokens come back as 'token_id:N', so two ids that decode to the same text
     # (byte pieces, ids a small tokenizer does not hold) stay apart in the top-k; only sent when True
     is_token_ids: bool = False
+    api_key: str | None = field(default=None, repr=False)  # the candidate's front key, sent to it only
 
 
 def _httpx() -> Any:
@@ -96,12 +97,17 @@ def first_model(client: Any, url: str) -> str:
     return str(models[0]["id"])
 
 
+def auth_headers(api_key: str | None) -> dict[str, str] | None:
+    """OpenAI clients' header for a deployment's front key (core/proxy/auth.py); None for an open one."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else None
+
+
 def complete_all(url: str, prompts: Sequence[str | Sequence[int]], settings: RequestSettings,
                  on_done: Callable[[], None] | None = None) -> list[Completion]:
     """Send every prompt (greedy, logprobs) with `settings.concurrency` in flight; results in prompt order."""
     httpx = _httpx()
     url = url.rstrip("/")
-    with httpx.Client(timeout=settings.timeout_s) as client:
+    with httpx.Client(timeout=settings.timeout_s, headers=auth_headers(settings.api_key)) as client:
         model = settings.model or first_model(client, url)
 
         def one(prompt: str | Sequence[int]) -> Completion:

@@ -90,7 +90,7 @@ def _run_target(phase: str, target: Target, request: ValidateRequest, model: Pat
     with deployed(target, model=model, base_port=request.base_port, run_root=request.run_root.resolve(),
                   num_cores=request.num_cores, timeout_s=request.start_timeout_s, device=request.device,
                   engine=request.engine) as deployment:
-        settings = request.settings
+        settings = request.settings if phase == "candidate" else replace(request.settings, api_key=None)
         if target.config is not None and settings.model is None:  # launch serves the folder's name
             settings = replace(settings, model=model.name)
         completions = complete_all(deployment.url, prompts, settings, on_done)
