@@ -177,7 +177,8 @@ def test_the_plugin_refuses_the_start_in_one_line(tree, monkeypatch, capsys):
 
     monkeypatch.setattr(vllm_version, "installed_vllm", lambda: V026)
     monkeypatch.setattr(compat, "installed_index", compat.tree_index(tree))
-    monkeypatch.delenv(CHECKED, raising=False)
+    monkeypatch.setenv(CHECKED, "")  # recorded, so the marker the check sets is removed after the test
+    monkeypatch.delenv(CHECKED)
     with pytest.raises(SystemExit) as stopped:
         _refuse_mismatches([manifest.TRANSFER_LOG, manifest.FAULTS], "0.26")
     assert stopped.value.code == 2
@@ -188,3 +189,9 @@ def test_the_plugin_refuses_the_start_in_one_line(tree, monkeypatch, capsys):
     assert os.environ[CHECKED] == "0.26"
     monkeypatch.setattr(compat, "installed_index", lambda _p: None)
     _refuse_mismatches([manifest.FAULTS], "0.26")  # checked once per server: a later process does not look again
+
+
+def test_the_compat_test_leaves_no_marker_behind():
+    from hybridserve.core.vllm_plugin import CHECKED
+
+    assert CHECKED not in os.environ  # a server started by a later test must run its own check
