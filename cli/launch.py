@@ -17,6 +17,7 @@ from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
+from hybridserve.core.launch.restart import RestartPolicy
 from hybridserve.core.launch.topology import Device, EngineOptions, FirstTokenSource, ProxyKind
 
 
@@ -48,6 +49,14 @@ def command(
                                                   "(the router extra); default: the topology's.")] = None,
     first_token: Annotated[Optional[str], typer.Option(help="Who samples token 1 behind our proxy: prefill or "
                                                        "decode (vLLM's way); default: the topology's.")] = None,
+    restart: Annotated[str, typer.Option(help="on-failure: a role that exits (any code: vLLM's server exits 0 "
+                                         "once its engine died) or fails 3 health checks in a row is started again "
+                                         "after 1, 2, 4 ... 30 s while the others serve; a 6th failure within 10 "
+                                         "minutes stops every role, exit 1 naming it. The default, because one "
+                                         "role's death then costs its own requests (the proxy retries them or falls "
+                                         "back to the role left), not the deployment, and a crash loop still exits "
+                                         "1 for systemd or Kubernetes. never: exit 1 at the first role's death, "
+                                         "every role stopped (one-shot runs).")] = "on-failure",
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
     gpu_memory_utilization: Annotated[float, typer.Option(help="CUDA: part of each GPU split among the roles "
                                                           "on it (two roles on one GPU: 0.45 each).")] = 0.9,
@@ -81,6 +90,8 @@ def command(
       hybridserve launch --role all -m weightless/ -- --load-format dummy    # vLLM flags for every engine
 
       hybridserve launch --role all --router vllm-router   # vLLM's router (NIXL P/D mode) instead of ours
+
+      hybridserve launch --role all --restart never        # a role's death stops every role (exit 1)
     """
     engine = EngineOptions(
         block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
@@ -98,6 +109,7 @@ def command(
                             vllm_args=passed_vllm_args(vllm_arg, after_dashes),
                             router=ProxyKind.parse(router) if router else None,
                             first_token=FirstTokenSource.parse(first_token) if first_token else None)
+    restart_policy = RestartPolicy.parse(restart)
     plan = prepare_launch(request)
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
@@ -109,7 +121,7 @@ def command(
     if dry_run:
         print_json(launch_dict(plan)) if as_json else render_dry_run(plan)
         return
-    _run(plan, run_dir, timeout, as_json)
+    _run(plan, run_dir, timeout, as_json, restart_policy)
 
 
 def passed_vllm_args(options: list[str] | None, after_dashes: list[str] | None) -> tuple[str, ...]:
@@ -121,8 +133,9 @@ def passed_vllm_args(options: list[str] | None, after_dashes: list[str] | None) 
     return tuple(options or ()) + trailing
 
 
-def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> None:
-    """Serve until a role dies (exit 1, naming it) or a signal comes (130 SIGINT, 143 SIGTERM); see supervisor.py."""
+def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool, restart: RestartPolicy) -> None:
+    """Serve until a role dies (never) or spends its restart cap (on-failure): exit 1, naming it; or a signal comes
+    (130 SIGINT, 143 SIGTERM); see supervisor.py and role_watch.py."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from hybridserve.core.launch.runner import new_run_dir
@@ -151,7 +164,9 @@ def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> Non
         progress.start()
         with watching:
             supervise(plan, run_dir, timeout_s=timeout, on_progress=on_progress, on_serving=on_serving,
-                      on_stopping=lambda why: err_console.print(f"stopping: {why}", highlight=False))
+                      on_stopping=lambda why: err_console.print(f"stopping: {why}", highlight=False),
+                      restart=restart, on_restart=lambda line: err_console.print(line, highlight=False,
+                                                                                 markup=False, soft_wrap=True))
     finally:
         progress.stop()
 
