@@ -19,10 +19,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
     parser.add_argument("--model-name", default=None)
     parser.add_argument("--first-token", default="prefill", choices=[s.value for s in FirstTokenSource],
                         help="who samples a plain completion's first token (core/proxy/first_token.py)")
+    parser.add_argument("--health-interval", type=float, default=1.0,
+                        help="seconds between probes of every server's /health (core/proxy/health_watch.py)")
     args = parser.parse_args(argv)
     config = ProxyConfig(prefill_urls=tuple(args.prefill), decode_urls=tuple(args.decode),
                          policy=RoutingPolicy.parse(args.policy), timeout_s=args.timeout, model_name=args.model_name,
-                         first_token=FirstTokenSource.parse(args.first_token))
+                         first_token=FirstTokenSource.parse(args.first_token),
+                         health_interval_s=args.health_interval if args.health_interval > 0 else None)
     return config, args.host, args.port
 
 

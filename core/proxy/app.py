@@ -9,9 +9,11 @@ decode samples it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -19,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from hybridserve.core.launch.topology import FirstTokenSource
-from hybridserve.core.proxy import first_token, hops, streaming
+from hybridserve.core.proxy import failover, first_token, hops, streaming
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
@@ -30,6 +32,7 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
     """`transport` replaces the network for tests (httpx.MockTransport); None: real connections."""
     prefill_pool = EndpointPool("prefill", config.prefill_urls, config.policy)
     decode_pool = EndpointPool("decode", config.decode_urls, config.policy)
+    pools = {"prefill": prefill_pool, "decode": decode_pool}
     metrics = ProxyMetrics()
     model_lens: dict[str, int | None] = {}  # decode's max_model_len, asked once (first_token.fits)
     if timeline.path_from_env() is not None:  # HYBRIDSERVE_TIMELINE_FILE: the hop events of each request
@@ -41,7 +44,13 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         async with httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), limits=limits,
                                      transport=transport) as client:
             app.state.client = client
-            yield
+            probes = [asyncio.create_task(pool.health.probe_forever(client, config.health_interval_s))
+                      for pool in pools.values() if config.health_interval_s]
+            try:
+                yield
+            finally:
+                for task in probes:
+                    task.cancel()
 
     app = FastAPI(title="hybridserve P/D proxy", lifespan=lifespan)
 
@@ -56,24 +65,25 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         headers = {"X-Request-Id": request.headers.get("x-request-id") or uuid.uuid4().hex}
         client: httpx.AsyncClient = request.app.state.client
         rid = headers["X-Request-Id"]
+        route = failover.Route(rid, prefill_pool, decode_pool, metrics)
+        send = _sender(client, route, metrics, path, headers, is_stream=bool(body.get("stream")))
         if config.first_token is FirstTokenSource.PREFILL and first_token.is_eligible(path, body):
-            return await _via_prefill_token(client, prefill_pool, decode_pool, path, body, headers, metrics,
-                                            model_lens)
+            return await _via_prefill_token(client, route, send, path, body, headers, metrics, model_lens)
         try:
+            if not route.has_up("decode"):  # no decode server up: prefill alone, no hop to try first
+                return _answer(route, metrics, await route.alone("prefill", send, body), rid)
             timeline.emit("hop1_start", rid)
-            kv_params = await _timed(metrics, "prefill", _prefill(client, prefill_pool, path, body, headers))
+            got = await failover.prefill_step(route, lambda url: _timed(
+                metrics, "prefill", hops.prefill(client, url, path, body, headers)))
             timeline.emit("hop1_end", rid)
-            if body.get("stream"):
-                return await _decode_stream(client, decode_pool, path, hops.decode_body(body, kv_params), headers,
-                                            metrics)
+            if got is None:  # no prefill server left: decode computes the prompt itself
+                return _answer(route, metrics, await route.alone("decode", send, body), rid)
             timeline.emit("hop2_start", rid)
-            _, answer = await _timed(metrics, "decode", _post_decode(client, decode_pool, path,
-                                                                     hops.decode_body(body, kv_params), headers))
+            served = await failover.decode_step(route, send, hops.decode_body(body, got[1]))
         except hops.HopError as err:
             metrics.requests[err.outcome] += 1
             return JSONResponse(err.body(), status_code=err.status)
-        metrics.requests["ok"] += 1
-        return JSONResponse(answer)
+        return _answer(route, metrics, served, rid)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -95,13 +105,17 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
 
     @app.get("/health")
     async def health() -> Any:
-        return {"status": "ok", "prefill": list(config.prefill_urls), "decode": list(config.decode_urls),
-                "first_token": config.first_token.value}
+        """200 while the proxy runs, even with a role down (it routes around it: failover.py); `down` names the
+        servers its probes or hops found down (a role being restarted by launch), `status` is then "degraded"."""
+        down = {role: pool.health.report() for role, pool in pools.items()}
+        return {"status": "degraded" if any(down.values()) else "ok", "prefill": list(config.prefill_urls),
+                "decode": list(config.decode_urls), "down": down, "first_token": config.first_token.value}
 
     @app.get("/metrics")
     async def prometheus() -> Any:
-        outstanding = {"prefill": prefill_pool.outstanding, "decode": decode_pool.outstanding}
-        return PlainTextResponse(metrics.render(outstanding))
+        outstanding = {role: pool.outstanding for role, pool in pools.items()}
+        up = {role: {url: pool.health.is_up(url) for url in pool.urls} for role, pool in pools.items()}
+        return PlainTextResponse(metrics.render(outstanding, up))
 
     return app
 
@@ -114,19 +128,47 @@ async def _timed(metrics: ProxyMetrics, hop: str, awaitable: Any) -> Any:
         metrics.observe_hop(hop, time.perf_counter() - start)
 
 
-async def _prefill(client, pool: EndpointPool, path: str, body: dict, headers: dict) -> dict:  # noqa: ANN001
-    with pool.use() as url:
-        return await hops.prefill(client, url, path, body, headers)
+def _sender(client: httpx.AsyncClient, route: failover.Route, metrics: ProxyMetrics, path: str, headers: dict, *,
+            is_stream: bool) -> failover.Send:
+    """How a hop after prefill's reaches a server: its JSON answer, or (a stream) its opened response, which holds
+    the server as outstanding until the relay ends (_relay)."""
+    async def send(role: str, url: str, body: dict) -> Any:
+        pool = route.pools[role]
+        if not is_stream:
+            with pool.held(url):
+                return await _timed(metrics, role, hops.post_json(client, role, url, path, body, headers))
+        pool.outstanding[url] += 1
+        try:
+            return await _open_stream(client, role, url, path, body, headers)
+        except hops.HopError:
+            pool.outstanding[url] -= 1
+            raise
+    return send
 
 
-async def _via_prefill_token(client: httpx.AsyncClient, prefill_pool: EndpointPool, decode_pool: EndpointPool,
-                             path: str, body: dict, headers: dict, metrics: ProxyMetrics, cache: dict) -> Any:
+def _answer(route: failover.Route, metrics: ProxyMetrics, served: failover.Served, rid: str) -> Any:
+    """A served request to the client: a JSON answer as it came, or the stream relayed."""
+    role, url, answer = served
+    if isinstance(answer, httpx.Response):
+        return StreamingResponse(_relay(route, metrics, rid, served), media_type="text/event-stream")
+    metrics.requests["ok"] += 1
+    return JSONResponse(answer)
+
+
+async def _via_prefill_token(client: httpx.AsyncClient, route: failover.Route, send: failover.Send, path: str,
+                             body: dict, headers: dict, metrics: ProxyMetrics, cache: dict) -> Any:
     """Prefill computes the whole prompt and samples token 1; decode continues from it (first_token.py)."""
     rid = headers["X-Request-Id"]
     try:
+        if not route.has_up("decode"):
+            return _answer(route, metrics, await route.alone("prefill", send, body), rid)
         timeline.emit("hop1_start", rid)
-        first = await _timed(metrics, "prefill", _prefill_first(client, prefill_pool, path, body, headers))
+        got = await failover.prefill_step(route, lambda url: _timed(
+            metrics, "prefill", _prefill_first(client, url, path, body, headers)))
         timeline.emit("hop1_end", rid)
+        if got is None:
+            return _answer(route, metrics, await route.alone("decode", send, body), rid)
+        first = got[1]
         if first.is_last:
             metrics.requests["ok"] += 1
             if body.get("stream"):
@@ -135,12 +177,16 @@ async def _via_prefill_token(client: httpx.AsyncClient, prefill_pool: EndpointPo
             return JSONResponse(first_token.client_answer(first, body))
         decode = first_token.decode_body(body, first)
         if body.get("stream"):
-            room = await _max_model_len(client, decode_pool, cache)
-            return await _decode_stream(client, decode_pool, path, decode, headers, metrics, first=first,
-                                        head=first_token.first_events(first, body), client_body=body,
-                                        is_early=first_token.fits(first, body, room))
+            room = await _max_model_len(client, route.pools["decode"], cache)
+            is_early = first_token.fits(first, body, room)
+            timeline.emit("hop2_start", rid)
+            step = lambda: failover.decode_step(route, send, decode)  # noqa: E731
+            served = None if is_early else await step()
+            return StreamingResponse(_relay(route, metrics, rid, served, step=step, client=client, first=first,
+                                            head=first_token.first_events(first, body), client_body=body),
+                                     media_type="text/event-stream")
         timeline.emit("hop2_start", rid)
-        url, answer = await _timed(metrics, "decode", _post_decode(client, decode_pool, path, decode, headers))
+        _, url, answer = await failover.decode_step(route, send, decode)
         text = None
         if not first.is_text_whole:
             ids = [*first.token_ids, *(answer["choices"][0].get("token_ids") or [])]
@@ -167,7 +213,7 @@ async def _max_model_len(client: httpx.AsyncClient, pool: EndpointPool, cache: d
 
 
 def _detokenizer(client: httpx.AsyncClient, url: str, body: dict) -> first_token.Detokenize:
-    """Token ids -> text by the decode server's /detokenize (first_token.TextRepair)."""
+    """Token ids -> text by the serving server's /detokenize (first_token.TextRepair)."""
     async def detokenize(ids: list[int]) -> str:
         answer = await hops.post_json(client, "decode", url, "/detokenize",
                                       {"model": body.get("model"), "tokens": ids}, {})
@@ -175,18 +221,11 @@ def _detokenizer(client: httpx.AsyncClient, url: str, body: dict) -> first_token
     return detokenize
 
 
-async def _prefill_first(client, pool: EndpointPool, path: str, body: dict,  # noqa: ANN001
+async def _prefill_first(client: httpx.AsyncClient, url: str, path: str, body: dict,
                          headers: dict) -> first_token.FirstToken:
     sent = first_token.prefill_body(body)
-    with pool.use() as url:
-        answer = await hops.post_json(client, "prefill", url, path, sent, headers)
-        return first_token.FirstToken.parse(url, sent, answer)
-
-
-async def _post_decode(client, pool: EndpointPool, path: str, decode: dict,  # noqa: ANN001
-                       headers: dict) -> tuple[str, dict]:
-    with pool.use() as url:
-        return url, await hops.post_json(client, "decode", url, path, decode, headers)
+    answer = await hops.post_json(client, "prefill", url, path, sent, headers)
+    return first_token.FirstToken.parse(url, sent, answer)
 
 
 async def _replay(events: list[bytes]):  # noqa: ANN202
@@ -194,67 +233,55 @@ async def _replay(events: list[bytes]):  # noqa: ANN202
         yield event
 
 
-async def _open_stream(client: httpx.AsyncClient, url: str, path: str, decode: dict, headers: dict) -> httpx.Response:
-    """POST for a stream; a transport failure or a non-200 answer raises HopError naming decode."""
+async def _open_stream(client: httpx.AsyncClient, role: str, url: str, path: str, body: dict,
+                       headers: dict) -> httpx.Response:
+    """POST for a stream; a transport failure or a non-200 answer raises HopError naming the role."""
     try:
-        request = client.build_request("POST", f"{url}{path}", json=decode, headers=headers)
+        request = client.build_request("POST", f"{url}{path}", json=body, headers=headers)
         response = await client.send(request, stream=True)
-    except httpx.TimeoutException as exc:
-        raise hops.HopError("decode", url, 504, f"no answer within the timeout ({type(exc).__name__})") from None
     except httpx.HTTPError as exc:
-        raise hops.HopError("decode", url, 502, f"{type(exc).__name__}: {exc or 'connection lost'}") from None
+        raise hops.transport_error(role, url, exc) from None
     if response.status_code != 200:
         text = (await response.aread())[:300].decode(errors="replace")
         await response.aclose()
-        raise hops.status_error("decode", url, response.status_code, text)
+        raise hops.status_error(role, url, response.status_code, text)
     return response
 
 
-async def _decode_stream(client: httpx.AsyncClient, pool: EndpointPool, path: str, decode: dict, headers: dict,
-                         metrics: ProxyMetrics, *, first: first_token.FirstToken | None = None,
-                         head: list[bytes] = (), client_body: dict | None = None,
-                         is_early: bool = False) -> StreamingResponse:
-    """Relay decode's stream. With `first`, token 1 goes out (`head`) before decode's events, which are rewritten to
-    account for it. Decode's stream is opened first, so that its refusal is still an HTTP error, unless `is_early`:
-    then token 1 goes out at once and a decode failure becomes an error event (vLLM's API server sends its response
-    headers only with the first token: waiting for them cost a whole decode step, 70-90 ms on the H200)."""
-    url = pool.pick()
-    pool.outstanding[url] += 1
-    rid = headers["X-Request-Id"]
-    timeline.emit("hop2_start", rid)
-    opened = None
-    if not is_early:
-        try:
-            opened = await _open_stream(client, url, path, decode, headers)
-        except hops.HopError:
-            pool.outstanding[url] -= 1
-            raise
-
-    async def events():  # noqa: ANN202
-        failed = finished = stamped = False
-        try:
-            for event in head:
-                yield event
-            if head:
-                timeline.emit("first_token_out", rid)
-            response = opened or await _open_stream(client, url, path, decode, headers)
-            relayed = streaming.relay(response, url)
-            if first is not None:
-                repair = None if first.is_text_whole else first_token.TextRepair(first, _detokenizer(client, url,
-                                                                                                      decode))
-                relayed = first_token.rewrite_stream(relayed, first, client_body or decode, repair)
-            async for chunk in relayed:
-                if not stamped:
-                    timeline.emit("hop2_first_byte", rid)
-                    stamped = True
-                failed = failed or chunk.startswith(b"data: {\"error\"")
-                yield chunk
-            finished = True
-        except hops.HopError as err:  # after token 1 (is_early), or TextRepair's /detokenize: the client learns it
-            failed = True
-            yield streaming.error_event(url, err.reason, status=err.status)
-        finally:  # a client that goes away cancels this generator: neither ok nor a decode error
-            pool.outstanding[url] -= 1
-            metrics.requests["decode_error" if failed else "ok" if finished else "cancelled"] += 1
-
-    return StreamingResponse(events(), media_type="text/event-stream")
+async def _relay(route: failover.Route, metrics: ProxyMetrics, rid: str, served: failover.Served | None, *,
+                 step: Callable[[], Awaitable[failover.Served]] | None = None, client: httpx.AsyncClient | None = None,
+                 first: first_token.FirstToken | None = None, head: list[bytes] = (),
+                 client_body: dict | None = None):  # noqa: ANN202
+    """The served stream's events. With `first`, token 1 goes out (`head`) before the server's events, which are
+    rewritten to account for it. `served` None (token 1 fits: `first_token.fits`): token 1 goes out at once, then
+    `step` finds a server (failover: the stream has not begun for the server's part); a failure there or later is an
+    error event naming the role (vLLM's API server sends its response headers only with the first token: waiting
+    for them cost a whole decode step, 70-90 ms on the H200)."""
+    failed = finished = stamped = False
+    role = url = None
+    try:
+        for event in head:
+            yield event
+        if head:
+            timeline.emit("first_token_out", rid)
+        role, url, response = served or await step()
+        relayed = streaming.relay(response, url, role)
+        if first is not None:
+            repair = None if first.is_text_whole else first_token.TextRepair(first, _detokenizer(client, url,
+                                                                                                  client_body))
+            relayed = first_token.rewrite_stream(relayed, first, client_body, repair)
+        async for chunk in relayed:
+            if not stamped:
+                timeline.emit("hop2_first_byte", rid)
+                stamped = True
+            failed = failed or chunk.startswith(b"data: {\"error\"")
+            yield chunk
+        finished = True
+    except hops.HopError as err:  # after token 1 (no server left), or TextRepair's /detokenize: the client learns it
+        failed = True
+        role = role or err.role
+        yield streaming.error_event(err.url, err.reason, status=err.status, role=err.role)
+    finally:  # a client that goes away cancels this generator: neither ok nor an error
+        if url is not None:
+            route.pools[role].outstanding[url] -= 1
+        metrics.requests[f"{role}_error" if failed else "ok" if finished else "cancelled"] += 1

@@ -15,3 +15,4 @@ class ProxyConfig:
     timeout_s: float = 120.0  # per hop (connect, each read): a server that stalls fails the request, never hangs it
     model_name: str | None = None
     first_token: FirstTokenSource = FirstTokenSource.PREFILL  # who samples a plain completion's token 1
+    health_interval_s: float | None = None  # probe every server's /health this often (health_watch.py); None: never
