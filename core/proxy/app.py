@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -21,7 +20,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from hybridserve.core.launch.topology import FirstTokenSource
-from hybridserve.core.proxy import failover, first_token, hops, streaming
+from hybridserve.core.proxy import failover, first_token, hops, relay
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
@@ -131,7 +130,7 @@ async def _timed(metrics: ProxyMetrics, hop: str, awaitable: Any) -> Any:
 def _sender(client: httpx.AsyncClient, route: failover.Route, metrics: ProxyMetrics, path: str, headers: dict, *,
             is_stream: bool) -> failover.Send:
     """How a hop after prefill's reaches a server: its JSON answer, or (a stream) its opened response, which holds
-    the server as outstanding until the relay ends (_relay)."""
+    the server as outstanding until the relay ends (relay.py)."""
     async def send(role: str, url: str, body: dict) -> Any:
         pool = route.pools[role]
         if not is_stream:
@@ -139,7 +138,7 @@ def _sender(client: httpx.AsyncClient, route: failover.Route, metrics: ProxyMetr
                 return await _timed(metrics, role, hops.post_json(client, role, url, path, body, headers))
         pool.outstanding[url] += 1
         try:
-            return await _open_stream(client, role, url, path, body, headers)
+            return await relay.open_stream(client, role, url, path, body, headers)
         except hops.HopError:
             pool.outstanding[url] -= 1
             raise
@@ -150,7 +149,7 @@ def _answer(route: failover.Route, metrics: ProxyMetrics, served: failover.Serve
     """A served request to the client: a JSON answer as it came, or the stream relayed."""
     role, url, answer = served
     if isinstance(answer, httpx.Response):
-        return StreamingResponse(_relay(route, metrics, rid, served), media_type="text/event-stream")
+        return StreamingResponse(relay.relay(route, metrics, rid, served), media_type="text/event-stream")
     metrics.requests["ok"] += 1
     return JSONResponse(answer)
 
@@ -172,7 +171,7 @@ async def _via_prefill_token(client: httpx.AsyncClient, route: failover.Route, s
         if first.is_last:
             metrics.requests["ok"] += 1
             if body.get("stream"):
-                return StreamingResponse(_replay(first_token.first_events(first, body)),
+                return StreamingResponse(relay.replay(first_token.first_events(first, body)),
                                          media_type="text/event-stream")
             return JSONResponse(first_token.client_answer(first, body))
         decode = first_token.decode_body(body, first)
@@ -182,7 +181,7 @@ async def _via_prefill_token(client: httpx.AsyncClient, route: failover.Route, s
             timeline.emit("hop2_start", rid)
             step = lambda: failover.decode_step(route, send, decode)  # noqa: E731
             served = None if is_early else await step()
-            return StreamingResponse(_relay(route, metrics, rid, served, step=step, client=client, first=first,
+            return StreamingResponse(relay.relay(route, metrics, rid, served, step=step, client=client, first=first,
                                             head=first_token.first_events(first, body), client_body=body),
                                      media_type="text/event-stream")
         timeline.emit("hop2_start", rid)
@@ -190,7 +189,7 @@ async def _via_prefill_token(client: httpx.AsyncClient, route: failover.Route, s
         text = None
         if not first.is_text_whole:
             ids = [*first.token_ids, *(answer["choices"][0].get("token_ids") or [])]
-            text = (await _detokenizer(client, url, body)(ids)).rstrip("\ufffd")  # as TextRepair
+            text = (await relay.detokenizer(client, url, body)(ids)).rstrip("\ufffd")  # as TextRepair
     except hops.HopError as err:
         metrics.requests[err.outcome] += 1
         return JSONResponse(err.body(), status_code=err.status)
@@ -212,76 +211,8 @@ async def _max_model_len(client: httpx.AsyncClient, pool: EndpointPool, cache: d
     return cache[url]
 
 
-def _detokenizer(client: httpx.AsyncClient, url: str, body: dict) -> first_token.Detokenize:
-    """Token ids -> text by the serving server's /detokenize (first_token.TextRepair)."""
-    async def detokenize(ids: list[int]) -> str:
-        answer = await hops.post_json(client, "decode", url, "/detokenize",
-                                      {"model": body.get("model"), "tokens": ids}, {})
-        return str(answer.get("prompt", ""))
-    return detokenize
-
-
 async def _prefill_first(client: httpx.AsyncClient, url: str, path: str, body: dict,
                          headers: dict) -> first_token.FirstToken:
     sent = first_token.prefill_body(body)
     answer = await hops.post_json(client, "prefill", url, path, sent, headers)
     return first_token.FirstToken.parse(url, sent, answer)
-
-
-async def _replay(events: list[bytes]):  # noqa: ANN202
-    for event in events:
-        yield event
-
-
-async def _open_stream(client: httpx.AsyncClient, role: str, url: str, path: str, body: dict,
-                       headers: dict) -> httpx.Response:
-    """POST for a stream; a transport failure or a non-200 answer raises HopError naming the role."""
-    try:
-        request = client.build_request("POST", f"{url}{path}", json=body, headers=headers)
-        response = await client.send(request, stream=True)
-    except httpx.HTTPError as exc:
-        raise hops.transport_error(role, url, exc) from None
-    if response.status_code != 200:
-        text = (await response.aread())[:300].decode(errors="replace")
-        await response.aclose()
-        raise hops.status_error(role, url, response.status_code, text)
-    return response
-
-
-async def _relay(route: failover.Route, metrics: ProxyMetrics, rid: str, served: failover.Served | None, *,
-                 step: Callable[[], Awaitable[failover.Served]] | None = None, client: httpx.AsyncClient | None = None,
-                 first: first_token.FirstToken | None = None, head: list[bytes] = (),
-                 client_body: dict | None = None):  # noqa: ANN202
-    """The served stream's events. With `first`, token 1 goes out (`head`) before the server's events, which are
-    rewritten to account for it. `served` None (token 1 fits: `first_token.fits`): token 1 goes out at once, then
-    `step` finds a server (failover: the stream has not begun for the server's part); a failure there or later is an
-    error event naming the role (vLLM's API server sends its response headers only with the first token: waiting
-    for them cost a whole decode step, 70-90 ms on the H200)."""
-    failed = finished = stamped = False
-    role = url = None
-    try:
-        for event in head:
-            yield event
-        if head:
-            timeline.emit("first_token_out", rid)
-        role, url, response = served or await step()
-        relayed = streaming.relay(response, url, role)
-        if first is not None:
-            repair = None if first.is_text_whole else first_token.TextRepair(first, _detokenizer(client, url,
-                                                                                                  client_body))
-            relayed = first_token.rewrite_stream(relayed, first, client_body, repair)
-        async for chunk in relayed:
-            if not stamped:
-                timeline.emit("hop2_first_byte", rid)
-                stamped = True
-            failed = failed or chunk.startswith(b"data: {\"error\"")
-            yield chunk
-        finished = True
-    except hops.HopError as err:  # after token 1 (no server left), or TextRepair's /detokenize: the client learns it
-        failed = True
-        role = role or err.role
-        yield streaming.error_event(err.url, err.reason, status=err.status, role=err.role)
-    finally:  # a client that goes away cancels this generator: neither ok nor an error
-        if url is not None:
-            route.pools[role].outstanding[url] -= 1
-        metrics.requests[f"{role}_error" if failed else "ok" if finished else "cancelled"] += 1
