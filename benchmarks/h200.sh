@@ -19,6 +19,9 @@
 #                                                     # proxy) and from decode (a second proxy, vLLM's way);
 #                                                     # FLAGS go to hybridserve validate
 #   bash benchmarks/h200.sh fallback-warning          # "launch's TCP-fallback warning, live"
+#   bash benchmarks/h200.sh chaos [FLAGS]             # "Role deaths under load (chaos), CPU" (its H200 rows):
+#                                                     # benchmarks/chaos.py, 60 layers, one prefill and two decodes
+#                                                     # on GPU 0; FLAGS passed through (--kills ...)
 # FLAGS go to the stage's script (kernels: benchmarks/kernels_h200.py tune; tuned-serving:
 # benchmarks/served_tuned_profile.py); a later flag wins over the stage's own.
 # HYBRIDSERVE_DRY=1 prints what a stage would run and runs nothing (tests/test_benchmarks_md.py runs every stage
@@ -241,6 +244,16 @@ YAML
   done
 }
 
+chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SIGKILL decode-0, prefill, the proxy
+  setup vllm
+  model_60_layers
+  run "$OUT/chaos.out" "$(left 10)" python3 benchmarks/chaos.py --device cuda --model $M60 \
+    --engine '{"max_model_len": 34816, "enforce_eager": true, "gdn_prefill_backend": "triton"}' \
+    --kills decode-0 prefill-0 proxy --start-timeout 200 --out "$OUT/chaos.json" "$@"
+  [ -n "$DRY" ] || tail -30 "$OUT/chaos.out"
+  pack
+}
+
 case "$stage" in
   copy-bundle) copy_bundle "$@" ;;
   prepare) prepare ;;
@@ -251,6 +264,7 @@ case "$stage" in
   serve) serve "$@" ;;
   validate) validate "$@" ;;
   fallback-warning) fallback_warning "$@" ;;
-  *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate or" \
-       "fallback-warning (got '${stage}')"; exit 2 ;;
+  chaos) chaos "$@" ;;
+  *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
+       "fallback-warning or chaos (got '${stage}')"; exit 2 ;;
 esac

