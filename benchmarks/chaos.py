@@ -2,7 +2,7 @@
 feeds BENCHMARKS.md, "Role deaths under load (chaos), CPU".
 
     flock /tmp/hs-servers.lock timeout 1500 .venv/bin/python benchmarks/chaos.py [--decodes 2]
-        [--router hybridserve vllm-router] [--kills decode-0 decode-0,decode-1@5 prefill-0 proxy]
+        [--router hybridserve vllm-router] [--kills decode-0,decode-1@8 prefill-0 proxy]
         [--base-port 19600] [--out benchmarks/results/chaos.json] [--json]
 
 Each `--kills` entry is one phase: the roles it SIGKILLs (`role@s`: s seconds after the phase's first kill); the
@@ -67,7 +67,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--router", nargs="+", default=["hybridserve"], choices=["hybridserve", "vllm-router"])
     parser.add_argument("--decodes", type=int, default=2, choices=[1, 2])
-    parser.add_argument("--kills", nargs="+", default=["decode-0", "decode-0,decode-1@5", "prefill-0", "proxy"])
+    parser.add_argument("--kills", nargs="+", default=["decode-0,decode-1@8", "prefill-0", "proxy"])
     parser.add_argument("--base-port", type=int, default=19600)
     parser.add_argument("--load-s", type=float, default=10.0)
     parser.add_argument("--clients", type=int, default=3)

@@ -49,14 +49,8 @@ def command(
                                                   "(the router extra); default: the topology's.")] = None,
     first_token: Annotated[Optional[str], typer.Option(help="Who samples token 1 behind our proxy: prefill or "
                                                        "decode (vLLM's way); default: the topology's.")] = None,
-    restart: Annotated[str, typer.Option(help="on-failure: a role that exits (any code: vLLM's server exits 0 "
-                                         "once its engine died) or fails 3 health checks in a row is started again "
-                                         "after 1, 2, 4 ... 30 s while the others serve; a 6th failure within 10 "
-                                         "minutes stops every role, exit 1 naming it. The default, because one "
-                                         "role's death then costs its own requests (the proxy retries them or falls "
-                                         "back to the role left), not the deployment, and a crash loop still exits "
-                                         "1 for systemd or Kubernetes. never: exit 1 at the first role's death, "
-                                         "every role stopped (one-shot runs).")] = "on-failure",
+    restart: Annotated[str, typer.Option(help="on-failure (the default: a role's death costs its own requests, not "
+                                         "the deployment) or never (exit 1 at the first death).")] = "on-failure",
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
     gpu_memory_utilization: Annotated[float, typer.Option(help="CUDA: part of each GPU split among the roles "
                                                           "on it (two roles on one GPU: 0.45 each).")] = 0.9,
@@ -76,6 +70,12 @@ def command(
         show_default=False)] = None,
 ) -> None:
     """Start vLLM prefill/decode servers with NixlConnector and the P/D proxy, after a preflight.
+
+    --restart on-failure (the default) starts a role again when it exits, with any code (vLLM's server exits 0 once
+    its engine died), or fails 3 health checks in a row, after 1, 2, 4 ... 30 s, while the others serve and the
+    proxy retries or falls back around it; a 6th failure of one role within 10 minutes stops every role, exit 1
+    naming it, so a crash loop still reaches systemd or Kubernetes. --restart never: exit 1 at the first death,
+    every role stopped (one-shot runs).
 
     Examples:
 

@@ -195,3 +195,22 @@ def test_the_timeline_join_counts_retries_and_fallbacks_as_proxy_events():
               {"t": 1.2, "pid": 1, "event": "retry", "req": rid, "role": "decode"},
               {"t": 1.3, "pid": 1, "event": "fallback", "req": rid, "served_by": "prefill"}]
     assert set(per_request(events)[rid]) == {"proxy:hop1_start", "proxy:retry", "proxy:fallback"}
+
+
+def test_a_prefill_hop_counts_as_outstanding_while_it_runs():
+    import asyncio
+
+    from hybridserve.core.launch.topology import RoutingPolicy
+    from hybridserve.core.proxy.metrics import ProxyMetrics
+    from hybridserve.core.proxy.routing import EndpointPool
+
+    prefill = EndpointPool("prefill", (P1, P2), RoutingPolicy.LEAST_OUTSTANDING)
+    route = failover.Route("r", prefill, EndpointPool("decode", (D1,), RoutingPolicy.ROUND_ROBIN), ProxyMetrics())
+    during = []
+
+    async def hop(url: str) -> str:
+        during.append(dict(prefill.outstanding))
+        return "kv"
+
+    assert asyncio.run(failover.prefill_step(route, hop)) == (P1, "kv")
+    assert during == [{P1: 1, P2: 0}] and prefill.outstanding == {P1: 0, P2: 0}

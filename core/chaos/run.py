@@ -128,6 +128,7 @@ def _phases(spec: ChaosSpec, launcher: subprocess.Popen, run_dir: Path, endpoint
     load = Load(endpoints["proxy"], _model_name(spec), num_clients=spec.num_clients, max_tokens=spec.max_tokens)
     sampler = KvSampler(engines).start()
     load.start()
+    _wait_first_ok(load, timeout_s=spec.start_timeout_s)  # the first P/D request also makes the NIXL handshake
     kills: list[Kill] = []
     kv_held: dict[str, dict[str, float | None]] = {}  # phase -> survivor -> s after its last kill
     served_again: dict[str, int] = {}
@@ -193,10 +194,12 @@ def _wait_back(spec: ChaosSpec, kills: list[Kill], victims: set[str], engines: d
     first, last = kills[0].t, kills[-1].t
     deadline = max(time.time() + spec.start_timeout_s, first + spec.kv_lease_s + 10)
     survivors = [n for n in engines if n not in victims]
+    is_lease = any(k.is_decode for k in kills)  # prefill may hold blocks no decode will read: wait for the lease
     while time.time() < deadline:
         back = all(any(e["role"] == v and e["event"] == "serving" and e["t"] > first for e in read_events(run_dir))
                    for v in victims)
-        idle = all((sampler.latest(n) or 0.0) <= 0.0 for n in survivors) or time.time() > last + spec.kv_lease_s + 10
+        idle = (not is_lease or all((sampler.latest(n) or 0.0) <= 0.0 for n in survivors)
+                or time.time() > last + spec.kv_lease_s + 10)
         if back and idle:
             break
         time.sleep(0.5)
@@ -212,6 +215,12 @@ def _served_again(victims: set[str], engines: dict[str, str], *, timeout_s: floa
         if all(counts.values()) or time.monotonic() > deadline:
             return counts
         time.sleep(0.5)
+
+
+def _wait_first_ok(load: Load, *, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not any(s.is_ok for s in load.sent) and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 def _wait_all_up(endpoints: dict[str, str], *, timeout_s: float) -> None:

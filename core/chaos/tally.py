@@ -7,7 +7,7 @@ A request belongs to the last kill before it ended (requests that ended before t
   whose first event came before the kill may end with the error event). A request in flight through a proxy that was
   killed is lost with it (`lost`: nothing behind the front door can answer it); one refused while the proxy is down
   is counted apart (`refused`);
-- first ok s: from the kill to the end of the first request sent after it that succeeded;
+- first ok s: from the kill to the end of the first request sent after it that succeeded (whichever row it is in);
 - restart s: from the kill to launch's `serving` event of the last role killed (role_watch.py);
 - goals: no unexcused failure; a decode killed while another is alive: no failure but begun streams and no
   fallback; first ok within restart + RECOVERY_SLACK_S.
@@ -82,14 +82,15 @@ def tally(sent: Sequence[Sent], kills: Sequence[Kill], timeline: Sequence[dict],
           restarts: Sequence[dict]) -> list[KillRow]:
     retried, fell = failover_ids(timeline)
     order = sorted(kills, key=lambda k: k.t)
-    rows = [_row(None, [s for s in sent if not order or s.end < order[0].t], retried, fell, restarts)]
+    rows = [_row(None, [s for s in sent if not order or s.end < order[0].t], sent, retried, fell, restarts)]
     for i, kill in enumerate(order):
         until = order[i + 1].t if i + 1 < len(order) else float("inf")
-        rows.append(_row(kill, [s for s in sent if kill.t <= s.end < until], retried, fell, restarts))
+        rows.append(_row(kill, [s for s in sent if kill.t <= s.end < until], sent, retried, fell, restarts))
     return rows
 
 
-def _row(kill: Kill | None, mine: list[Sent], retried: set[str], fell: set[str], restarts: Sequence[dict]) -> KillRow:
+def _row(kill: Kill | None, mine: list[Sent], sent: Sequence[Sent], retried: set[str], fell: set[str],
+         restarts: Sequence[dict]) -> KillRow:
     proxy_killed = kill is not None and "proxy" in kill.roles
     lost = [s for s in mine if proxy_killed and not s.is_ok and not s.is_refused and s.error_role == "proxy"
             and s.start < kill.t]
@@ -97,7 +98,7 @@ def _row(kill: Kill | None, mine: list[Sent], retried: set[str], fell: set[str],
     failed = [s for s in mine if not s.is_ok and s not in refused]
     begun = [s for s in failed if kill is not None and s.first_byte is not None and s.first_byte < kill.t]
     unexcused = [s for s in failed if s not in begun and s not in lost]
-    after = [s.end - kill.t for s in mine if kill is not None and s.is_ok and s.start >= kill.t]
+    after = [s.end - kill.t for s in sent if kill is not None and s.is_ok and s.start >= kill.t]  # any row's
     first_ok = round(min(after), 2) if after else None
     restart = restart_seconds(kill, restarts) if kill is not None else None
     goals = [f"no unexcused failure: {'yes' if not unexcused else 'NO'}"]

@@ -104,7 +104,8 @@ async def prefill_step(route: Route, hop: Callable[[str], Awaitable[Any]]) -> tu
     url = route.pick("prefill")
     while url is not None:
         try:
-            return url, await hop(url)
+            with route.pools["prefill"].held(url):
+                return url, await hop(url)
         except HopError as err:
             route.failed(err)
             url = route.pick("prefill")
