@@ -166,7 +166,7 @@ def test_a_hop_marks_a_server_down_for_a_while_and_a_probe_for_good(monkeypatch)
 def test_a_probe_marks_a_503_or_a_silent_server_down_and_a_200_up():
     import asyncio
 
-    answers = {"d1": 503, "d2": httpx.ConnectError("refused"), "p1": 200}
+    answers = {"d1": 503, "d2": httpx.ConnectError("refused"), "p1": 200, "p2": httpx.ReadTimeout("busy")}
 
     def backend(request: httpx.Request) -> httpx.Response:
         answer = answers[request.url.host]
@@ -178,9 +178,11 @@ def test_a_probe_marks_a_503_or_a_silent_server_down_and_a_200_up():
         async with httpx.AsyncClient(transport=httpx.MockTransport(backend)) as client:
             await health.probe(client)
 
-    health = EndpointHealth((D1, D2, P1))
+    health = EndpointHealth((D1, D2, P1, P2))
     asyncio.run(probe(health))
-    assert {url: health.is_up(url) for url in health.urls} == {D1: False, D2: False, P1: True}
+    assert {url: health.is_up(url) for url in health.urls} == {D1: False, D2: False, P1: True, P2: True}
+    asyncio.run(probe(health)), asyncio.run(probe(health))
+    assert not health.is_up(P2) and health.report()[P2]["why"] == "/health: ReadTimeout 3 times"  # slow 3 times
     assert health.report()[D1]["why"] == "/health: HTTP 503" and health.report()[D2]["why"] == "/health: ConnectError"
     answers["d1"] = 200
     asyncio.run(probe(health))

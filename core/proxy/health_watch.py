@@ -14,6 +14,7 @@ import time
 import httpx
 
 PROBE_TIMEOUT_S = 2.0
+SLOW_PROBES = 3
 
 
 # A hop's failure marks a server down for this long, or until a probe says otherwise (a proxy run without probes,
@@ -28,6 +29,7 @@ class EndpointHealth:
         self.down: dict[str, str] = {}  # url -> why
         self.since: dict[str, float] = {}  # url -> time.time() it went down
         self.expires: dict[str, float] = {}  # url -> when a hop's mark lapses (probes' marks do not)
+        self.slow: dict[str, int] = {}  # url -> probes in a row that got no answer in time
         self.urls = urls
 
     def is_up(self, url: str) -> bool:
@@ -59,11 +61,19 @@ class EndpointHealth:
         await asyncio.gather(*(self._probe_one(client, url) for url in self.urls))
 
     async def _probe_one(self, client: httpx.AsyncClient, url: str) -> None:
+        """Refused or not 200: down at once. No answer in time: down after SLOW_PROBES in a row (a CPU server busy
+        with a batch, or beside a server that restarts on its cores, answered /health after 2 s and more)."""
         try:
             response = await client.get(f"{url}/health", timeout=PROBE_TIMEOUT_S)
+        except httpx.TimeoutException as exc:
+            self.slow[url] = self.slow.get(url, 0) + 1
+            if self.slow[url] >= SLOW_PROBES:
+                self.mark_down(url, f"/health: {type(exc).__name__} {self.slow[url]} times", is_probe=True)
+            return
         except httpx.HTTPError as exc:
             self.mark_down(url, f"/health: {type(exc).__name__}", is_probe=True)
             return
+        self.slow.pop(url, None)
         if response.status_code == 200:
             self.mark_up(url)
         else:
