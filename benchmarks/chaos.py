@@ -47,7 +47,7 @@ def render(console: Console, router: str, result: ChaosResult) -> None:
     console.print(table)
     console.print(f"requests completed by each restarted engine after its restart: {result.served_again}")
     for kill, health in result.front_health.items():
-        console.print(f"front end's /health 2 s after phase {kill}: {health}", markup=False, highlight=False,
+        console.print(f"front end's /health 2 s after killing {kill}: {health}", markup=False, highlight=False,
                       soft_wrap=True)
 
 

@@ -65,6 +65,9 @@ def test_nothing_is_left_running_after_launch_stops(chaos):
 
 
 def test_the_proxys_health_shows_a_killed_role_down_while_it_restarts(chaos):
-    health = chaos.front_health["1 decode-0+decode-1"]  # 2 s after decode-0's kill
+    health = chaos.front_health["1 decode-0"]  # 2 s after decode-0's kill, 6 s before decode-1's
     assert health["status"] == 200 and health["body"]["status"] == "degraded"
     assert list(health["body"]["down"]["decode"]) == [health["body"]["decode"][0]]  # decode-0's URL
+    both = chaos.front_health["1 decode-1"]["body"]["down"]["decode"]
+    assert sorted(both) == sorted(health["body"]["decode"])
+    assert list(chaos.front_health["2 prefill-0"]["body"]["down"]["prefill"]) == health["body"]["prefill"]

@@ -216,3 +216,26 @@ def test_a_prefill_hop_counts_as_outstanding_while_it_runs():
 
     assert asyncio.run(failover.prefill_step(route, hop)) == (P1, "kv")
     assert during == [{P1: 1, P2: 0}] and prefill.outstanding == {P1: 0, P2: 0}
+
+
+def test_a_detokenize_on_a_decode_that_died_after_its_answer_goes_to_another_server():
+    """Token 1 is part of a character (prefill's text for it is empty): the text comes from /detokenize, which the
+    decode server that answered can no longer give; prefill has the same tokenizer."""
+    from test_proxy import prefill_answer
+
+    class Detokenizing(Servers):
+        async def __call__(self, request):
+            if request.url.path == "/detokenize":
+                self.seen.append((request.url.host, json.loads(request.content), None))
+                if request.url.host == "d1":
+                    raise httpx.ConnectError("refused")
+                return httpx.Response(200, json={"prompt": "\u00e9!"})
+            return await super().__call__(request)
+
+    answer = prefill_answer()
+    answer["choices"][0]["text"] = ""
+    servers = Detokenizing(prefill_answer=answer)
+    with _client(servers, first_token=FirstTokenSource.PREFILL) as client:
+        reply = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3})
+    assert reply.status_code == 200 and reply.json()["choices"][0]["text"] == "\u00e9!"
+    assert [h for h, _, _ in servers.seen] == ["p1", "d1", "d1", "p1"]  # hop 1, hop 2, /detokenize twice

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import httpx
 
+FAILED_PAUSE_S = 0.2  # a client's pause after a failed request
 _KV_USAGE = re.compile(r"^vllm:kv_cache_usage_perc(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
 
 
@@ -36,7 +37,7 @@ class Load:
     """`num_clients` threads, each sending one request after the other until stopped; `pause()` holds them."""
 
     def __init__(self, url: str, model: str, *, num_clients: int = 3, max_tokens: int = 24, prompt_words: int = 40,
-                 timeout_s: float = 60.0, max_requests: int = 5000) -> None:
+                 timeout_s: float = 60.0, max_requests: int = 20000) -> None:
         self.url, self.model, self.max_tokens, self.timeout_s = url, model, max_tokens, timeout_s
         self.prompt_words, self.max_requests = prompt_words, max_requests
         self.sent: list[Sent] = []
@@ -72,8 +73,8 @@ class Load:
                 one = self._one(client, is_stream=(index + n) % 2 == 1, salt=f"{index}-{n}")
                 with self._lock:
                     self.sent.append(one)
-                if one.is_refused:
-                    time.sleep(0.2)  # the front door is being restarted: do not spin
+                if not one.is_ok:
+                    time.sleep(FAILED_PAUSE_S)  # a front end that fails at once must not be asked thousands of times
 
     def _one(self, client: httpx.Client, *, is_stream: bool, salt: str) -> Sent:
         rid = uuid.uuid4().hex

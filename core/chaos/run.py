@@ -30,7 +30,7 @@ from hybridserve.core.vllm_plugin.timeline import TIMELINE_FILE
 
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
 SERVED_AGAIN_S = 30.0  # how long a restarted engine has to complete a request once the load resumes
-HEALTH_AFTER_S = 2.0  # the front end's /health is read this long after a kill (the proxy probes every second)
+HEALTH_AFTER_S = 2.0  # the front end's /health is read this long after each kill (the proxy probes every second)
 _SUCCESS = re.compile(r"^vllm:request_success_total\{[^}]*\} ([0-9.eE+]+)$", re.M)
 
 
@@ -60,7 +60,7 @@ class ChaosResult:
     launch_exit: int | None
     kv_samples: list[tuple[float, str, float | None]]
     restarts: list[dict]
-    front_health: dict[str, object]  # phase -> the front end's /health HEALTH_AFTER_S after its first kill
+    front_health: dict[str, object]  # kill (row label) -> the front end's /health HEALTH_AFTER_S after it
     failures: list[dict]  # every failed request as the client saw it, with its proxy events
     kills: list[dict]  # when each kill was (time.time()) and its row label
 
@@ -138,12 +138,10 @@ def _phases(spec: ChaosSpec, launcher: subprocess.Popen, run_dir: Path, endpoint
         _wait_all_up(endpoints, timeout_s=spec.start_timeout_s)
         time.sleep(spec.steady_s)
         note(f"killing {', '.join(r for _, r in phase)}")
-        phase_kills = _kill_phase(phase, len(seen_phases) + 1, run_dir, endpoints)
+        phase_kills = _kill_phase(phase, len(seen_phases) + 1, run_dir, endpoints, down_seen)
         seen_phases.append(phase_kills)
         kills += phase_kills
-        time.sleep(HEALTH_AFTER_S)
         label = _phase_label(phase_kills)
-        down_seen[label] = _front_health(endpoints["proxy"])
         time.sleep(max(0.0, spec.load_s - HEALTH_AFTER_S))
         load.pause()
         victims = {r for k in phase_kills for r in k.roles}
@@ -174,8 +172,10 @@ def _phase_label(kills: list[Kill]) -> str:
     return f"{kills[0].phase} {'+'.join(r for k in kills for r in k.roles)}"
 
 
-def _kill_phase(phase: tuple[tuple[float, str], ...], number: int, run_dir: Path,
-                endpoints: dict[str, str]) -> list[Kill]:
+def _kill_phase(phase: tuple[tuple[float, str], ...], number: int, run_dir: Path, endpoints: dict[str, str],
+                health: dict[str, object]) -> list[Kill]:
+    """SIGKILL each role of the phase at its offset; the front end's /health HEALTH_AFTER_S after each kill (before
+    the next one) goes into `health` under the kill's row label."""
     start, out, dead = time.time(), [], set()
     for offset, role in sorted(phase):
         time.sleep(max(0.0, start + offset - time.time()))
@@ -184,6 +184,8 @@ def _kill_phase(phase: tuple[tuple[float, str], ...], number: int, run_dir: Path
         with _suppress():
             os.killpg(int((run_dir / f"{role}.pid").read_text()), signal.SIGKILL)
         out.append(Kill(t=time.time(), roles=(role,), alive_decodes=alive, phase=number))
+        time.sleep(HEALTH_AFTER_S)
+        health[out[-1].label] = _front_health(endpoints["proxy"])
     return out
 
 

@@ -185,11 +185,11 @@ async def _via_prefill_token(client: httpx.AsyncClient, route: failover.Route, s
                                             head=first_token.first_events(first, body), client_body=body),
                                      media_type="text/event-stream")
         timeline.emit("hop2_start", rid)
-        _, url, answer = await failover.decode_step(route, send, decode)
+        role, url, answer = await failover.decode_step(route, send, decode)
         text = None
         if not first.is_text_whole:
             ids = [*first.token_ids, *(answer["choices"][0].get("token_ids") or [])]
-            text = (await relay.detokenizer(client, url, body)(ids)).rstrip("\ufffd")  # as TextRepair
+            text = (await relay.detokenizer(client, route.servers_up(role, url), body)(ids)).rstrip("\ufffd")
     except hops.HopError as err:
         metrics.requests[err.outcome] += 1
         return JSONResponse(err.body(), status_code=err.status)

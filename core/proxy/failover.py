@@ -56,6 +56,12 @@ class Route:
         pool = self.pools[role]
         return any(url not in self.avoid and pool.health.is_up(url) for url in pool.urls)
 
+    def servers_up(self, role: str, url: str) -> list[tuple[str, str]]:
+        """(role, url) of `url` first, then every other server up, decode's first."""
+        others = [(r, u) for r in ("decode", "prefill") for u in self.pools[r].urls
+                  if u != url and self.pools[r].health.is_up(u)]
+        return [(role, url), *others]
+
     def failed(self, err: HopError) -> None:
         """Note a role's failure; raise it again when it must reach the client as it is, or when this request has
         failed MAX_FAILURES times (a request that kills the engine serving it must not take every server down)."""

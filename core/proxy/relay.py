@@ -12,12 +12,22 @@ from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.vllm_plugin import timeline
 
 
-def detokenizer(client: httpx.AsyncClient, url: str, body: dict) -> first_token.Detokenize:
-    """Token ids -> text by the serving server's /detokenize (first_token.TextRepair)."""
+def detokenizer(client: httpx.AsyncClient, servers: list[tuple[str, str]], body: dict) -> first_token.Detokenize:
+    """Token ids -> text by /detokenize (first_token.TextRepair) of the first of `servers` (role, url) that answers:
+    the serving one first, then the others up (every engine has the model's tokenizer; the serving one may have
+    died just after its answer)."""
     async def detokenize(ids: list[int]) -> str:
-        answer = await hops.post_json(client, "decode", url, "/detokenize",
-                                      {"model": body.get("model"), "tokens": ids}, {})
-        return str(answer.get("prompt", ""))
+        failure = None
+        for role, url in servers:
+            try:
+                answer = await hops.post_json(client, role, url, "/detokenize",
+                                              {"model": body.get("model"), "tokens": ids}, {})
+                return str(answer.get("prompt", ""))
+            except hops.HopError as err:
+                if err.is_client_error:
+                    raise
+                failure = err
+        raise failure
     return detokenize
 
 
@@ -60,8 +70,8 @@ async def relay(route: failover.Route, metrics: ProxyMetrics, rid: str, served: 
         role, url, response = served or await step()
         relayed = streaming.relay(response, url, role)
         if first is not None:
-            repair = None if first.is_text_whole else first_token.TextRepair(first, detokenizer(client, url,
-                                                                                                  client_body))
+            repair = None if first.is_text_whole else first_token.TextRepair(
+                first, detokenizer(client, route.servers_up(role, url), client_body))
             relayed = first_token.rewrite_stream(relayed, first, client_body, repair)
         async for chunk in relayed:
             if not stamped:
