@@ -23,6 +23,9 @@
 #   bash benchmarks/h200.sh async-faults              # then faults, bench, stop: one call each, back to back (the
 #   bash benchmarks/h200.sh async-bench               # servers live across the calls)
 #   bash benchmarks/h200.sh async-stop
+#   bash benchmarks/h200.sh chaos [FLAGS]             # "Role deaths under load (chaos), CPU" (its H200 rows):
+#                                                     # benchmarks/chaos.py, 60 layers, one prefill and two decodes
+#                                                     # on GPU 0; FLAGS passed through (--kills ...)
 # FLAGS go to the stage's script (kernels: benchmarks/kernels_h200.py tune; tuned-serving:
 # benchmarks/served_tuned_profile.py); a later flag wins over the stage's own.
 # HYBRIDSERVE_DRY=1 prints what a stage would run and runs nothing (tests/test_benchmarks_md.py runs every stage
@@ -255,6 +258,16 @@ async_step() {  # STEP: five deployments started once, then validate's faults an
   pack
 }
 
+chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SIGKILL decode-0, prefill, the proxy
+  setup vllm
+  model_60_layers
+  run "$OUT/chaos.out" "$(left 10)" python3 benchmarks/chaos.py --device cuda --model $M60 \
+    --engine '{"max_model_len": 34816, "enforce_eager": true, "gdn_prefill_backend": "triton"}' \
+    --kills decode-0 prefill-0 proxy --start-timeout 200 --out "$OUT/chaos.json" "$@"
+  [ -n "$DRY" ] || tail -30 "$OUT/chaos.out"
+  pack
+}
+
 case "$stage" in
   copy-bundle) copy_bundle "$@" ;;
   prepare) prepare ;;
@@ -269,6 +282,7 @@ case "$stage" in
   async-faults) async_step faults ;;
   async-bench) async_step bench ;;
   async-stop) async_step stop ;;
+  chaos) chaos "$@" ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
-       "fallback-warning, async-start, async-faults, async-bench or async-stop (got '${stage}')"; exit 2 ;;
+       "fallback-warning, async-start, async-faults, async-bench, async-stop or chaos (got '${stage}')"; exit 2 ;;
 esac

@@ -18,6 +18,7 @@ from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.launch.async_scheduling import HELP as ASYNC_HELP
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
+from hybridserve.core.launch.restart import RestartPolicy
 from hybridserve.core.launch.topology import Device, EngineOptions, FirstTokenSource, ProxyKind
 
 
@@ -51,6 +52,8 @@ def command(
                                                        "decode (vLLM's way); default: the topology's.")] = None,
     api_key_file: Annotated[Optional[Path], typer.Option(help="Key clients send the proxy (Bearer); engines then "
                                                          "answer it only. Default: the topology's, or open.")] = None,
+    restart: Annotated[str, typer.Option(help="on-failure (the default: a role's death costs its own requests, not "
+                                         "the deployment) or never (exit 1 at the first death).")] = "on-failure",
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
     gpu_memory_utilization: Annotated[float, typer.Option(help="CUDA: part of each GPU split among the roles "
                                                           "on it (two roles on one GPU: 0.45 each).")] = 0.9,
@@ -71,6 +74,12 @@ def command(
 ) -> None:
     """Start vLLM prefill/decode servers with NixlConnector and the P/D proxy, after a preflight.
 
+    --restart on-failure (the default) starts a role again when it exits, with any code (vLLM's server exits 0 once
+    its engine died), or fails 3 health checks in a row, after 1, 2, 4 ... 30 s, while the others serve and the
+    proxy retries or falls back around it; a 6th failure of one role within 10 minutes stops every role, exit 1
+    naming it, so a crash loop still reaches systemd or Kubernetes. --restart never: exit 1 at the first death,
+    every role stopped (one-shot runs).
+
     Examples:
 
       hybridserve launch --role all                      # tiny model, CPU, P core 0, D core 1, proxy :8000
@@ -86,6 +95,7 @@ def command(
       hybridserve launch --role all --router vllm-router   # vLLM's router (NIXL P/D mode) instead of ours
 
       hybridserve launch --role all --api-key-file front.key   # clients send the key; engines answer the proxy only
+      hybridserve launch --role all --restart never        # a role's death stops every role (exit 1)
     """
     engine = EngineOptions(
         block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
@@ -104,6 +114,7 @@ def command(
                             router=ProxyKind.parse(router) if router else None,
                             first_token=FirstTokenSource.parse(first_token) if first_token else None,
                             api_key_file=api_key_file)
+    restart_policy = RestartPolicy.parse(restart)
     plan = prepare_launch(request)
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
@@ -115,7 +126,7 @@ def command(
     if dry_run:
         print_json(launch_dict(plan)) if as_json else render_dry_run(plan)
         return
-    _run(plan, run_dir, timeout, as_json)
+    _run(plan, run_dir, timeout, as_json, restart_policy)
 
 
 def passed_vllm_args(options: list[str] | None, after_dashes: list[str] | None) -> tuple[str, ...]:
@@ -127,8 +138,9 @@ def passed_vllm_args(options: list[str] | None, after_dashes: list[str] | None) 
     return tuple(options or ()) + trailing
 
 
-def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> None:
-    """Serve until a role dies (exit 1, naming it) or a signal comes (130 SIGINT, 143 SIGTERM); see supervisor.py."""
+def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool, restart: RestartPolicy) -> None:
+    """Serve until a role dies (never) or spends its restart cap (on-failure): exit 1, naming it; or a signal comes
+    (130 SIGINT, 143 SIGTERM); see supervisor.py and role_watch.py."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from hybridserve.core.launch.runner import new_run_dir
@@ -157,7 +169,9 @@ def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool) -> Non
         progress.start()
         with watching:
             supervise(plan, run_dir, timeout_s=timeout, on_progress=on_progress, on_serving=on_serving,
-                      on_stopping=lambda why: err_console.print(f"stopping: {why}", highlight=False))
+                      on_stopping=lambda why: err_console.print(f"stopping: {why}", highlight=False),
+                      restart=restart, on_restart=lambda line: err_console.print(line, highlight=False,
+                                                                                 markup=False, soft_wrap=True))
     finally:
         progress.stop()
 

@@ -69,3 +69,10 @@ def test_the_benchmarks_streams_keep_the_first_token_path():
     from hybridserve.core.bench.stream import request_body
 
     assert _reason(request_body("m", (1, 2, 3), 64)) is None
+
+
+def test_the_proxys_own_fields_keep_a_request_on_the_first_token_path_and_are_not_unknown():
+    from hybridserve.core.proxy.eligibility import FIRST_TOKEN, route
+
+    body = {"prompt": "hi", "max_tokens": 4, "kv_transfer_params": {"remote_host": "10.0.0.9", "remote_port": 1}}
+    assert route("/v1/completions", body) == FIRST_TOKEN  # replaced on both hops: the client's never reaches one

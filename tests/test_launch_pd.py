@@ -170,7 +170,11 @@ def test_killing_decode_gives_the_client_an_error_within_the_timeout(deployment)
             error = json.loads(response.read())["error"]
     killer.join()
     assert deployment.killed_at, "decode never showed a running request"
-    assert error["role"] == "decode" and "decode server http://127.0.0.3" in error["message"]
+    # the proxy retries a decode hop that failed before decode sent a byte: with no other decode, prefill alone
+    # serves it (core/proxy/failover.py), which launch (--restart never) stops within a second too
+    assert "decode server http://127.0.0.3" in error["message"], error
+    assert error["role"] == "decode" or (error["role"] == "prefill" and "before it: decode server" in
+                                         error["message"]), error
     assert time.time() - deployment.killed_at < 30  # the proxy's per-hop timeout
     # `launch` stops every role within a second of decode's death, so the prefill hop may already be the one
     # that fails, or the proxy itself may be gone; each is a correct answer only once the launcher has said why
@@ -181,10 +185,10 @@ def test_killing_decode_gives_the_client_an_error_within_the_timeout(deployment)
     except httpx.TransportError:  # connection refused or closed: the proxy is stopping or gone
         role = "proxy stopped"
     else:
-        assert answer.status_code in (502, 504), answer.text
-        role = answer.json()["error"]["role"]
+        assert answer.status_code in (200, 502, 504), answer.text
+        role = "prefill alone" if answer.status_code == 200 else answer.json()["error"]["role"]
     stopping = (deployment.run_dir.parent.parent / "launch.err").read_text()
-    assert role == "decode" or "stopping: decode-0 " in stopping, (role, stopping)
+    assert role in ("decode", "prefill alone") or "stopping: decode-0 " in stopping, (role, stopping)
     assert time.monotonic() - started < 90
 
 

@@ -125,12 +125,12 @@ def _free_port() -> int:
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
 
 
-def _launch_proxy(tmp_path: Path, **popen) -> tuple[subprocess.Popen, int, int]:
+def _launch_proxy(tmp_path: Path, *more: str, **popen) -> tuple[subprocess.Popen, int, int]:
     """`launch --role proxy` (no vLLM: seconds); returns the launcher, the proxy's port and its pid."""
     pytest.importorskip("uvicorn", reason="needs the cpu or cuda extra")
     port = _free_port()
     launcher = subprocess.Popen([*LAUNCH, "--role", "proxy", "--json", "--base-port", str(port), "--run-dir",
-                                 str(tmp_path / "runs"), "--timeout", "60"],
+                                 str(tmp_path / "runs"), "--timeout", "60", *more],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                                 **popen)
     info = json.loads(_read_json(launcher))
@@ -174,7 +174,7 @@ def test_launch_stops_every_role_and_exits_128_plus_the_signal(tmp_path, sig, co
 
 
 def test_launch_exits_1_naming_the_role_that_died(tmp_path):
-    launcher, port, proxy_pid = _launch_proxy(tmp_path)
+    launcher, port, proxy_pid = _launch_proxy(tmp_path, "--restart", "never")
     try:
         os.kill(proxy_pid, signal.SIGKILL)
         killed = time.monotonic()

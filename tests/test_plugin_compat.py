@@ -190,8 +190,3 @@ def test_the_plugin_refuses_the_start_in_one_line(tree, monkeypatch, capsys):
     monkeypatch.setattr(compat, "installed_index", lambda _p: None)
     _refuse_mismatches([manifest.FAULTS], "0.26")  # checked once per server: a later process does not look again
 
-
-def test_the_compat_test_leaves_no_marker_behind():
-    from hybridserve.core.vllm_plugin import CHECKED
-
-    assert CHECKED not in os.environ  # a server started by a later test must run its own check

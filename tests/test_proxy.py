@@ -32,7 +32,7 @@ class Servers:
 
     def __init__(self, *, fail=None, stream_chunks=None, prefill_answer=None):
         self.seen: list[tuple[str, dict, str]] = []
-        self.fail = fail or {}
+        self.fail = {host: list(f) if isinstance(f, list) else f for host, f in (fail or {}).items()}
         self.stream_chunks = stream_chunks
         self.prefill_answer = prefill_answer if prefill_answer is not None else globals()["prefill_answer"]()
 
@@ -44,14 +44,16 @@ class Servers:
         if request.url.path == "/v1/models":  # answered even by a failing server: `fail` is for generation
             return httpx.Response(200, json={"data": [{"id": "tiny", "max_model_len": MAX_MODEL_LEN}]})
         failure = self.fail.get(host)
+        if isinstance(failure, list):  # one entry a call: None answers, the last entry stays
+            failure = failure.pop(0) if len(failure) > 1 else failure[0]
         if isinstance(failure, Exception):
             raise failure
         if isinstance(failure, int):
             return httpx.Response(failure, text="Internal server error")
+        if body.get("stream"):  # a decode hop, or a request served by one role alone (prefill hops never stream)
+            return httpx.Response(200, stream=_Stream(self.stream_chunks))
         if host.startswith("p"):
             return httpx.Response(200, json=self.prefill_answer)
-        if body.get("stream"):
-            return httpx.Response(200, stream=_Stream(self.stream_chunks))
         usage = {"prompt_tokens": len(body["prompt"]) if isinstance(body.get("prompt"), list) else 3,
                  "completion_tokens": 2, "total_tokens": 0}
         return httpx.Response(200, json={"choices": [{"text": "ok", "token_ids": [8, 9], "finish_reason": "length"}],
@@ -101,14 +103,16 @@ def test_chat_completion_caps_max_completion_tokens_on_prefill():
 
 
 @pytest.mark.parametrize("fail,status,role,reason", [
-    ({"p1": httpx.ConnectError("refused")}, 502, "prefill", "ConnectError"),
+    ({"p1": httpx.ConnectError("refused"), "d1": 500}, 502, "decode", "HTTP 500"),
     ({"p1": httpx.ReadTimeout("slow")}, 504, "prefill", "no answer within the timeout"),
-    ({"p1": 500}, 502, "prefill", "HTTP 500"),
-    ({"d1": httpx.RemoteProtocolError("Server disconnected")}, 502, "decode", "Server disconnected"),
-    ({"d1": 500}, 502, "decode", "HTTP 500: Internal server error"),
-], ids=["prefill-down", "prefill-timeout", "prefill-500", "decode-dropped", "decode-500"])
+    ({"p1": 500, "d1": httpx.ConnectError("refused")}, 502, "decode", "ConnectError"),
+    ({"d1": httpx.RemoteProtocolError("Server disconnected"), "p1": [None, 500]}, 502, "prefill", "HTTP 500"),
+    ({"d1": 500, "p1": [None, httpx.ReadError("gone")]}, 502, "prefill", "ReadError"),
+], ids=["prefill-down-then-decode-500", "prefill-timeout", "prefill-500-then-decode-down",
+        "decode-dropped-then-prefill-500", "decode-500-then-prefill-dropped"])
 @pytest.mark.parametrize("source", list(FirstTokenSource))
 def test_a_failing_server_is_named(fail, status, role, reason, source):
+    """When the fallback fails too (or a timeout, which is not retried), the last failure is named."""
     with _client(Servers(fail=fail), first_token=source) as client:
         answer = client.post("/v1/completions", json={"prompt": "hi"})
         metrics = client.get("/metrics").text
@@ -192,9 +196,13 @@ def test_a_stream_the_client_abandons_is_counted_as_cancelled():
 
 
 def test_prefill_without_kv_params_is_refused():
-    with _client(Servers(prefill_answer={"choices": []})) as client:
+    """Routed around (decode alone serves it); when decode fails too, the error says what prefill did."""
+    with _client(Servers(prefill_answer={"choices": []}, fail={"d1": [None, 500]})) as client:
+        assert client.post("/v1/completions", json={"prompt": "hi"}).status_code == 200
         answer = client.post("/v1/completions", json={"prompt": "hi"})
-    assert answer.status_code == 502 and "no kv_transfer_params" in answer.json()["error"]["message"]
+    error = answer.json()["error"]
+    assert answer.status_code == 502 and error["role"] == "decode" and "HTTP 500" in error["message"]
+    assert "before it: prefill server http://p1:1 failed: answer has no kv_transfer_params" in error["message"]
 
 
 def test_stream_is_relayed_with_done():
@@ -362,10 +370,11 @@ def test_requests_the_first_token_path_cannot_keep_take_two_hops(path, body):
 def test_first_token_without_token_ids_names_prefill():
     answer = prefill_answer()
     del answer["choices"][0]["token_ids"]
-    with _first_token_client(Servers(prefill_answer=answer)) as client:
+    with _first_token_client(Servers(prefill_answer=answer, fail={"d1": 503})) as client:
         reply = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 4})
-    assert reply.status_code == 502 and reply.json()["error"]["role"] == "prefill"
-    assert "token_ids" in reply.json()["error"]["message"]
+    assert reply.status_code == 502 and reply.json()["error"]["role"] == "decode"  # decode alone failed too
+    assert "before it: prefill server http://p1:1 failed: answer has no choices[0] with prompt_token_ids and " \
+           "token_ids" in reply.json()["error"]["message"]
 
 
 def test_token_1_inside_a_character_takes_the_text_from_the_ids():
@@ -400,16 +409,17 @@ def test_token_1_inside_a_character_takes_the_text_from_the_ids():
 
 
 def test_token_1_goes_out_before_decode_answers_and_a_later_failure_is_an_event():
-    """Decode fits the request (3 + 8 <= 100 tokens): token 1 is streamed at once; decode's 500 then comes as an
-    error event naming decode, after it."""
-    with _first_token_client(Servers(fail={"d1": 500})) as client:
+    """Decode fits the request (3 + 8 <= 100 tokens): token 1 is streamed at once; decode's 500 sends the rest to
+    prefill alone, whose 500 then comes as an error event naming prefill (and decode before it), after token 1."""
+    with _first_token_client(Servers(fail={"d1": 500, "p1": [None, 500]})) as client:
         reply = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 8, "stream": True})
         metrics = client.get("/metrics").text
     events = [json.loads(e.removeprefix("data: ")) for e in reply.text.split("\n\n") if e]
     assert reply.status_code == 200 and events[0]["choices"][0]["text"] == " A"
     error = events[-1]["error"]
-    assert error["role"] == "decode" and "HTTP 500" in error["message"] and error["code"] == 502
-    assert 'outcome="decode_error"} 1' in metrics
+    assert error["role"] == "prefill" and "HTTP 500" in error["message"] and error["code"] == 502
+    assert "before it: decode server http://d1:1 failed: HTTP 500" in error["message"]
+    assert 'outcome="prefill_error"} 1' in metrics and 'fallbacks_total{served_by="prefill"} 1' in metrics
 
 
 def test_a_request_decode_may_refuse_waits_for_its_answer():

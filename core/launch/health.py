@@ -14,11 +14,18 @@ ProgressCallback = Callable[[str, bool], None]  # (role name, is_healthy)
 
 
 def is_healthy(url: str, *, timeout_s: float = 2.0) -> bool:
+    return health_status(url, timeout_s=timeout_s) == 200
+
+
+def health_status(url: str, *, timeout_s: float = 2.0) -> int | None:
+    """The HTTP status of `GET url/health`; None when nothing answered in time."""
     try:
         with urllib.request.urlopen(f"{url}/health", timeout=timeout_s) as response:
-            return response.status == 200
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
     except (urllib.error.URLError, OSError, ValueError):
-        return False
+        return None
 
 
 def wait_healthy(roles: Sequence[RunningRole], *, timeout_s: float, poll_s: float = 0.5,

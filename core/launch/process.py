@@ -35,6 +35,13 @@ class RunningRole:
     def is_running(self) -> bool:
         return self.popen.poll() is None
 
+    @property
+    def exit_reason(self) -> str:
+        """How it ended, for a message: "decode-0 was killed by SIGKILL (log ...)" or "... exited with code 0 ..."."""
+        code = self.popen.returncode
+        how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        return f"{self.name} {how} (log {self.log_path})"
+
     def log_tail(self, num_lines: int = 5) -> str:
         try:
             lines = self.log_path.read_text(errors="replace").splitlines()

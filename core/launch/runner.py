@@ -28,24 +28,41 @@ def new_run_dir(root: Path, role: str) -> Path:
     return path
 
 
+class StartedRoles(list):
+    """The running roles of one run (a list of RunningRole), each watched by the run's guard; a role that died can
+    be started again in its place (role_watch.py), its log appended to."""
+
+    def __init__(self, run_dir: Path, guard: Guard) -> None:
+        super().__init__()
+        self.run_dir, self.guard = run_dir, guard
+
+    def start(self, command: RoleCommand) -> RunningRole:
+        role = start_role(command, self.run_dir)
+        self.append(role)
+        self.guard.watch(role.popen.pid)  # = its process group id (own session)
+        return role
+
+    def start_again(self, old: RunningRole) -> RunningRole:
+        """Start `old`'s command again in its place (its group must be gone: same ports)."""
+        role = start_role(old.command, self.run_dir)
+        self[self.index(old)] = role
+        self.guard.watch(role.popen.pid)
+        return role
+
+
 @contextlib.contextmanager
 def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
-            on_progress: ProgressCallback | None = None) -> Iterator[list[RunningRole]]:
+            on_progress: ProgressCallback | None = None) -> Iterator[StartedRoles]:
     """Start every command of the plan (engines first, the proxy when they are healthy); always stop them all.
     A guard process (guard.py) stops them too if this process is killed without a chance to clean up."""
-    roles: list[RunningRole] = []
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_plan(plan, run_dir)
     if plan.engine_key_file is not None and not plan.engine_key_file.is_absolute():
         write_new_key(run_dir / plan.engine_key_file)  # this deployment's engine key, mode 0600 (keys.py)
     (run_dir / LAUNCHER_PID_FILE).write_text(f"{os.getpid()}\n")
     guard = Guard()
-
-    def start(command: RoleCommand) -> RunningRole:
-        role = start_role(command, run_dir)
-        guard.watch(role.popen.pid)  # = its process group id (own session)
-        roles.append(role)
-        return role
+    roles = StartedRoles(run_dir, guard)
+    start = roles.start
 
     try:
         engines = {c.name: c for c in plan.commands if c.role.is_engine}

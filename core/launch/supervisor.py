@@ -1,7 +1,9 @@
-"""`launch` as a supervisor: serve until a role dies or a signal comes, stop every role, exit with a code that says
-which (a restart-on-failure supervisor such as systemd or Kubernetes acts on it).
+"""`launch` as a supervisor: serve until a role dies (`--restart never`) or its restart cap is spent
+(`--restart on-failure`, role_watch.py) or a signal comes, stop every role, exit with a code that says which (a
+restart-on-failure supervisor such as systemd or Kubernetes acts on it).
 
-- a role exited: exit 1, naming the role, its exit code (or the signal that killed it) and its log;
+- a role exited (never) or failed past the cap (on-failure): exit 1, naming the role, its exit code (or the signal
+  that killed it, or its failed health checks) and its log;
 - SIGINT: 130, SIGTERM: 143, SIGHUP: 129 (128 + the signal number, the shell's convention).
 
 SIGINT is handled explicitly: a non-interactive shell starts background jobs with SIGINT ignored, and Python then
@@ -20,6 +22,7 @@ from hybridserve.core.common.errors import HybridserveError
 from hybridserve.core.launch.health import ProgressCallback
 from hybridserve.core.launch.plan import LaunchPlan
 from hybridserve.core.launch.process import RunningRole
+from hybridserve.core.launch.restart import RestartLimits, RestartPolicy
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -76,9 +79,7 @@ def stop_on_signals() -> Iterator[Trigger]:
 
 
 def exit_reason(role: RunningRole) -> str:
-    code = role.popen.returncode
-    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-    return f"{role.name} {how} (log {role.log_path})"
+    return role.exit_reason
 
 
 def wait_for_exit(roles: list[RunningRole], *, poll_s: float = 0.5) -> RunningRole:
@@ -92,12 +93,16 @@ def wait_for_exit(roles: list[RunningRole], *, poll_s: float = 0.5) -> RunningRo
 
 def supervise(plan: LaunchPlan, run_dir: Path, *, timeout_s: float, on_progress: ProgressCallback | None = None,
               on_serving: Callable[[list[RunningRole]], None] | None = None,
-              on_stopping: Callable[[str], None] | None = None) -> None:
+              on_stopping: Callable[[str], None] | None = None,
+              restart: RestartPolicy = RestartPolicy.NEVER, limits: RestartLimits = RestartLimits(),
+              on_restart: Callable[[str], None] | None = None) -> None:
     """Start the plan, call `on_serving` once every role is healthy, and serve until something stops it;
-    `on_stopping` hears why a role's exit stops the others before the teardown begins.
+    `on_stopping` hears why a role's exit stops the others before the teardown begins. With `restart` on-failure a
+    failed role is started again (role_watch.py; `on_restart` hears each event) until the cap is spent.
 
-    Never returns normally: raises RoleExitedError or StoppedBySignalError once every role is stopped (or
-    CouldNotRunError when a role fails to start)."""
+    Never returns normally: raises RoleExitedError, RestartCapSpentError or StoppedBySignalError once every role is
+    stopped (or CouldNotRunError when a role fails to start)."""
+    from hybridserve.core.launch.role_watch import RestartCapSpentError, RoleWatch
     from hybridserve.core.launch.runner import started
 
     with stop_on_signals() as trigger:
@@ -105,10 +110,19 @@ def supervise(plan: LaunchPlan, run_dir: Path, *, timeout_s: float, on_progress:
             with started(plan, run_dir, timeout_s=timeout_s, on_progress=on_progress) as roles:
                 if on_serving is not None:
                     on_serving(roles)
-                died = wait_for_exit(roles)
+                if restart is RestartPolicy.NEVER:
+                    died = wait_for_exit(roles)
+                    why = f"{exit_reason(died)}; every other role stopped"
+                else:
+                    try:
+                        RoleWatch(roles, limits=limits, start_timeout_s=timeout_s, on_message=on_restart).serve()
+                    except RestartCapSpentError as spent:
+                        why = str(spent)
                 trigger.disarm()  # the teardown that follows must not be cut short by a signal
                 if on_stopping is not None:
-                    on_stopping(exit_reason(died))
+                    on_stopping(why.removesuffix("; every other role stopped"))
         except Stop as stop:
             raise StoppedBySignalError(stop.signum) from None
-    raise RoleExitedError(f"{exit_reason(died)}; every other role stopped")
+    if restart is RestartPolicy.NEVER:
+        raise RoleExitedError(why)
+    raise RestartCapSpentError(why)

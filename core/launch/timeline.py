@@ -37,7 +37,7 @@ GAPS = (
     ("proxy: hop 1 start -> token 1 out", "proxy:hop1_start", "proxy:first_token_out"),
 )
 _WORKER_EVENTS = {"post_start", "posted", "nixl_done"}
-_PROXY_EVENTS = {"hop1_start", "hop1_end", "hop2_start", "hop2_first_byte", "first_token_out"}
+_PROXY_EVENTS = {"hop1_start", "hop1_end", "hop2_start", "hop2_first_byte", "first_token_out", "retry", "fallback"}
 
 
 def read_events(path: Path) -> list[dict]:

@@ -26,6 +26,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
                         help="file with the key clients send (Authorization: Bearer); none: open to anyone")
     parser.add_argument("--engine-key-file", type=Path, default=None,
                         help="file with the key the engines ask for (their VLLM_API_KEY)")
+    parser.add_argument("--health-interval", type=float, default=1.0,
+                        help="seconds between probes of every server's /health (core/proxy/health_watch.py)")
     args = parser.parse_args(argv)
     try:
         keys = {name: read_key(path, what=f"--{name.replace('_', '-')}-file") if path else None
@@ -34,7 +36,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
         parser.error(str(exc))  # one line, exit 2; it names the file, never the key
     config = ProxyConfig(prefill_urls=tuple(args.prefill), decode_urls=tuple(args.decode),
                          policy=RoutingPolicy.parse(args.policy), timeout_s=args.timeout, model_name=args.model_name,
-                         first_token=FirstTokenSource.parse(args.first_token), **keys)
+                         first_token=FirstTokenSource.parse(args.first_token),
+                         health_interval_s=args.health_interval if args.health_interval > 0 else None, **keys)
     return config, args.host, args.port
 
 

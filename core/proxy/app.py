@@ -10,6 +10,7 @@ decode samples it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 import uuid
@@ -20,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from hybridserve.core.launch.topology import FirstTokenSource
-from hybridserve.core.proxy import eligibility, first_token, hops, streaming
+from hybridserve.core.proxy import eligibility, failover, first_token, hops, relay
 from hybridserve.core.proxy.auth import BearerGuard
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.metrics import ProxyMetrics
@@ -32,6 +33,7 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
     """`transport` replaces the network for tests (httpx.MockTransport); None: real connections."""
     prefill_pool = EndpointPool("prefill", config.prefill_urls, config.policy)
     decode_pool = EndpointPool("decode", config.decode_urls, config.policy)
+    pools = {"prefill": prefill_pool, "decode": decode_pool}
     metrics = ProxyMetrics()
     model_lens: dict[str, int | None] = {}  # decode's max_model_len, asked once (first_token.fits)
     if timeline.path_from_env() is not None:  # HYBRIDSERVE_TIMELINE_FILE: the hop events of each request
@@ -40,12 +42,19 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        # every call to an engine (both hops, /v1/models, /detokenize) carries the engine key, never the client's
+        # every call to an engine (hops, /v1/models, /detokenize, /health probes) carries the engine key, never the
+        # client's
         headers = {"Authorization": f"Bearer {config.engine_key}"} if config.engine_key else None
         async with httpx.AsyncClient(timeout=httpx.Timeout(config.timeout_s), limits=limits, headers=headers,
                                      transport=transport) as client:
             app.state.client = client
-            yield
+            probes = [asyncio.create_task(pool.health.probe_forever(client, config.health_interval_s))
+                      for pool in pools.values() if config.health_interval_s]
+            try:
+                yield
+            finally:
+                for task in probes:
+                    task.cancel()
 
     app = FastAPI(title="hybridserve P/D proxy", lifespan=lifespan)
     if config.api_key is not None:  # the front door: every path but /health and /metrics (auth.py)
@@ -63,27 +72,28 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         headers = {"X-Request-Id": request.headers.get("x-request-id") or uuid.uuid4().hex}
         client: httpx.AsyncClient = request.app.state.client
         rid = headers["X-Request-Id"]
+        route = failover.Route(rid, prefill_pool, decode_pool, metrics)
+        send = _sender(client, route, metrics, path, headers, is_stream=bool(body.get("stream")))
         if config.first_token is FirstTokenSource.PREFILL:
-            route = eligibility.route(path, body)
-            metrics.observe_route(route)
-            if route.is_first_token:
-                return await _via_prefill_token(client, prefill_pool, decode_pool, path, body, headers, metrics,
-                                                model_lens)
+            way = eligibility.route(path, body)
+            metrics.observe_route(way)
+            if way.is_first_token:
+                return await _via_prefill_token(client, route, send, path, body, headers, metrics, model_lens)
         try:
+            if not route.has_up("decode"):  # no decode server up: prefill alone, no hop to try first
+                return _answer(route, metrics, await route.alone("prefill", send, body), rid)
             timeline.emit("hop1_start", rid)
-            kv_params = await _timed(metrics, "prefill", _prefill(client, prefill_pool, path, body, headers))
+            got = await failover.prefill_step(route, lambda url: _timed(
+                metrics, "prefill", hops.prefill(client, url, path, body, headers)))
             timeline.emit("hop1_end", rid)
-            if body.get("stream"):
-                return await _decode_stream(client, decode_pool, path, hops.decode_body(body, kv_params), headers,
-                                            metrics)
+            if got is None:  # no prefill server left: decode computes the prompt itself
+                return _answer(route, metrics, await route.alone("decode", send, body), rid)
             timeline.emit("hop2_start", rid)
-            _, answer = await _timed(metrics, "decode", _post_decode(client, decode_pool, path,
-                                                                     hops.decode_body(body, kv_params), headers))
+            served = await failover.decode_step(route, send, hops.decode_body(body, got[1]))
         except hops.HopError as err:
             metrics.requests[err.outcome] += 1
             return JSONResponse(err.body(), status_code=err.status)
-        metrics.requests["ok"] += 1
-        return JSONResponse(answer)
+        return _answer(route, metrics, served, rid)
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Any:
@@ -105,13 +115,17 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
 
     @app.get("/health")
     async def health() -> Any:
-        return {"status": "ok", "prefill": list(config.prefill_urls), "decode": list(config.decode_urls),
-                "first_token": config.first_token.value}
+        """200 while the proxy runs, even with a role down (it routes around it: failover.py); `down` names the
+        servers its probes or hops found down (a role being restarted by launch), `status` is then "degraded"."""
+        down = {role: pool.health.report() for role, pool in pools.items()}
+        return {"status": "degraded" if any(down.values()) else "ok", "prefill": list(config.prefill_urls),
+                "decode": list(config.decode_urls), "down": down, "first_token": config.first_token.value}
 
     @app.get("/metrics")
     async def prometheus() -> Any:
-        outstanding = {"prefill": prefill_pool.outstanding, "decode": decode_pool.outstanding}
-        return PlainTextResponse(metrics.render(outstanding))
+        outstanding = {role: pool.outstanding for role, pool in pools.items()}
+        up = {role: {url: pool.health.is_up(url) for url in pool.urls} for role, pool in pools.items()}
+        return PlainTextResponse(metrics.render(outstanding, up))
 
     return app
 
@@ -124,37 +138,69 @@ async def _timed(metrics: ProxyMetrics, hop: str, awaitable: Any) -> Any:
         metrics.observe_hop(hop, time.perf_counter() - start)
 
 
-async def _prefill(client, pool: EndpointPool, path: str, body: dict, headers: dict) -> dict:  # noqa: ANN001
-    with pool.use() as url:
-        return await hops.prefill(client, url, path, body, headers)
+def _sender(client: httpx.AsyncClient, route: failover.Route, metrics: ProxyMetrics, path: str, headers: dict, *,
+            is_stream: bool) -> failover.Send:
+    """How a hop after prefill's reaches a server: its JSON answer, or (a stream) its opened response, which holds
+    the server as outstanding until the relay ends (relay.py)."""
+    async def send(role: str, url: str, body: dict) -> Any:
+        pool = route.pools[role]
+        if not is_stream:
+            with pool.held(url):
+                return await _timed(metrics, role, hops.post_json(client, role, url, path, body, headers))
+        pool.outstanding[url] += 1
+        try:
+            return await relay.open_stream(client, role, url, path, body, headers)
+        except hops.HopError:
+            pool.outstanding[url] -= 1
+            raise
+    return send
 
 
-async def _via_prefill_token(client: httpx.AsyncClient, prefill_pool: EndpointPool, decode_pool: EndpointPool,
-                             path: str, body: dict, headers: dict, metrics: ProxyMetrics, cache: dict) -> Any:
+def _answer(route: failover.Route, metrics: ProxyMetrics, served: failover.Served, rid: str) -> Any:
+    """A served request to the client: a JSON answer as it came, or the stream relayed."""
+    role, url, answer = served
+    if isinstance(answer, httpx.Response):
+        return StreamingResponse(relay.relay(route, metrics, rid, served), media_type="text/event-stream")
+    metrics.requests["ok"] += 1
+    return JSONResponse(answer)
+
+
+async def _via_prefill_token(client: httpx.AsyncClient, route: failover.Route, send: failover.Send, path: str,
+                             body: dict, headers: dict, metrics: ProxyMetrics, cache: dict) -> Any:
     """Prefill computes the whole prompt and samples token 1; decode continues from it (first_token.py)."""
     rid = headers["X-Request-Id"]
     try:
+        if not route.has_up("decode"):
+            return _answer(route, metrics, await route.alone("prefill", send, body), rid)
         timeline.emit("hop1_start", rid)
-        first = await _timed(metrics, "prefill", _prefill_first(client, prefill_pool, path, body, headers))
+        got = await failover.prefill_step(route, lambda url: _timed(
+            metrics, "prefill", _prefill_first(client, url, path, body, headers)))
         timeline.emit("hop1_end", rid)
+        if got is None:
+            return _answer(route, metrics, await route.alone("decode", send, body), rid)
+        first = got[1]
         if first.is_last:
             metrics.requests["ok"] += 1
             if body.get("stream"):
-                return StreamingResponse(_replay(first_token.first_events(first, body)),
+                return StreamingResponse(relay.replay(first_token.first_events(first, body)),
                                          media_type="text/event-stream")
             return JSONResponse(first_token.client_answer(first, body))
         decode = first_token.decode_body(body, first)
         if body.get("stream"):
-            room = await _max_model_len(client, decode_pool, cache)
-            return await _decode_stream(client, decode_pool, path, decode, headers, metrics, first=first,
-                                        head=first_token.first_events(first, body), client_body=body,
-                                        is_early=first_token.fits(first, body, room))
+            room = await _max_model_len(client, route.pools["decode"], cache)
+            is_early = first_token.fits(first, body, room)
+            timeline.emit("hop2_start", rid)
+            step = lambda: failover.decode_step(route, send, decode)  # noqa: E731
+            served = None if is_early else await step()
+            return StreamingResponse(relay.relay(route, metrics, rid, served, step=step, client=client, first=first,
+                                            head=first_token.first_events(first, body), client_body=body),
+                                     media_type="text/event-stream")
         timeline.emit("hop2_start", rid)
-        url, answer = await _timed(metrics, "decode", _post_decode(client, decode_pool, path, decode, headers))
+        role, url, answer = await failover.decode_step(route, send, decode)
         text = None
         if not first.is_text_whole:
             ids = [*first.token_ids, *(answer["choices"][0].get("token_ids") or [])]
-            text = (await _detokenizer(client, url, body)(ids)).rstrip("\ufffd")  # as TextRepair
+            text = (await relay.detokenizer(client, route.servers_up(role, url), body)(ids)).rstrip("\ufffd")
     except hops.HopError as err:
         metrics.requests[err.outcome] += 1
         return JSONResponse(err.body(), status_code=err.status)
@@ -176,96 +222,9 @@ async def _max_model_len(client: httpx.AsyncClient, pool: EndpointPool, cache: d
     return cache[url]
 
 
-def _detokenizer(client: httpx.AsyncClient, url: str, body: dict, role: str = "decode") -> first_token.Detokenize:
-    """Token ids -> text by a server's /detokenize (first_token.TextRepair, first_token.with_hidden_text)."""
-    async def detokenize(ids: list[int]) -> str:
-        answer = await hops.post_json(client, role, url, "/detokenize",
-                                      {"model": body.get("model"), "tokens": ids}, {})
-        return str(answer.get("prompt", ""))
-    return detokenize
-
-
-async def _prefill_first(client, pool: EndpointPool, path: str, body: dict,  # noqa: ANN001
+async def _prefill_first(client: httpx.AsyncClient, url: str, path: str, body: dict,
                          headers: dict) -> first_token.FirstToken:
     sent = first_token.prefill_body(body)
-    with pool.use() as url:
-        answer = await hops.post_json(client, "prefill", url, path, sent, headers)
-        first = first_token.FirstToken.parse(url, sent, answer)
-        return await first_token.with_hidden_text(first, _detokenizer(client, url, body, "prefill"))
-
-
-async def _post_decode(client, pool: EndpointPool, path: str, decode: dict,  # noqa: ANN001
-                       headers: dict) -> tuple[str, dict]:
-    with pool.use() as url:
-        return url, await hops.post_json(client, "decode", url, path, decode, headers)
-
-
-async def _replay(events: list[bytes]):  # noqa: ANN202
-    for event in events:
-        yield event
-
-
-async def _open_stream(client: httpx.AsyncClient, url: str, path: str, decode: dict, headers: dict) -> httpx.Response:
-    """POST for a stream; a transport failure or a non-200 answer raises HopError naming decode."""
-    try:
-        request = client.build_request("POST", f"{url}{path}", json=decode, headers=headers)
-        response = await client.send(request, stream=True)
-    except httpx.TimeoutException as exc:
-        raise hops.HopError("decode", url, 504, f"no answer within the timeout ({type(exc).__name__})") from None
-    except httpx.HTTPError as exc:
-        raise hops.HopError("decode", url, 502, f"{type(exc).__name__}: {exc or 'connection lost'}") from None
-    if response.status_code != 200:
-        text = (await response.aread())[:300].decode(errors="replace")
-        await response.aclose()
-        raise hops.status_error("decode", url, response.status_code, text)
-    return response
-
-
-async def _decode_stream(client: httpx.AsyncClient, pool: EndpointPool, path: str, decode: dict, headers: dict,
-                         metrics: ProxyMetrics, *, first: first_token.FirstToken | None = None,
-                         head: list[bytes] = (), client_body: dict | None = None,
-                         is_early: bool = False) -> StreamingResponse:
-    """Relay decode's stream. With `first`, token 1 goes out (`head`) before decode's events, which are rewritten to
-    account for it. Decode's stream is opened first, so that its refusal is still an HTTP error, unless `is_early`:
-    then token 1 goes out at once and a decode failure becomes an error event (vLLM's API server sends its response
-    headers only with the first token: waiting for them cost a whole decode step, 70-90 ms on the H200)."""
-    url = pool.pick()
-    pool.outstanding[url] += 1
-    rid = headers["X-Request-Id"]
-    timeline.emit("hop2_start", rid)
-    opened = None
-    if not is_early:
-        try:
-            opened = await _open_stream(client, url, path, decode, headers)
-        except hops.HopError:
-            pool.outstanding[url] -= 1
-            raise
-
-    async def events():  # noqa: ANN202
-        failed = finished = stamped = False
-        try:
-            for event in head:
-                yield event
-            if head:
-                timeline.emit("first_token_out", rid)
-            response = opened or await _open_stream(client, url, path, decode, headers)
-            relayed = streaming.relay(response, url)
-            if first is not None:
-                repair = None if first.is_text_whole else first_token.TextRepair(first, _detokenizer(client, url,
-                                                                                                      decode))
-                relayed = first_token.rewrite_stream(relayed, first, client_body or decode, repair)
-            async for chunk in relayed:
-                if not stamped:
-                    timeline.emit("hop2_first_byte", rid)
-                    stamped = True
-                failed = failed or chunk.startswith(b"data: {\"error\"")
-                yield chunk
-            finished = True
-        except hops.HopError as err:  # after token 1 (is_early), or TextRepair's /detokenize: the client learns it
-            failed = True
-            yield streaming.error_event(url, err.reason, status=err.status)
-        finally:  # a client that goes away cancels this generator: neither ok nor a decode error
-            pool.outstanding[url] -= 1
-            metrics.requests["decode_error" if failed else "ok" if finished else "cancelled"] += 1
-
-    return StreamingResponse(events(), media_type="text/event-stream")
+    answer = await hops.post_json(client, "prefill", url, path, sent, headers)
+    first = first_token.FirstToken.parse(url, sent, answer)
+    return await first_token.with_hidden_text(first, relay.detokenizer(client, [("prefill", url)], body))

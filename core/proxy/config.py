@@ -18,3 +18,4 @@ class ProxyConfig:
     # keys (core/launch/keys.py), kept out of repr so that no log of the config shows one
     api_key: str | None = field(default=None, repr=False)  # what clients must send; None: the door is open
     engine_key: str | None = field(default=None, repr=False)  # what the proxy sends the engines; None: nothing
+    health_interval_s: float | None = None  # probe every server's /health this often (health_watch.py); None: never

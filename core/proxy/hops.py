@@ -18,10 +18,17 @@ class HopError(Exception):
     """A hop failed. A 4xx is the client's mistake, refused by the role: it is passed on as that 4xx (a client
     that retries on 5xx must not retry its own mistake); anything else is the role's failure (502/504)."""
 
-    def __init__(self, role: str, url: str, status: int, reason: str) -> None:
+    def __init__(self, role: str, url: str, status: int, reason: str, *, is_unsent: bool = False,
+                 is_transport: bool = False) -> None:
         verb = "refused the request" if is_client_error(status) else "failed"
         super().__init__(f"{role} server {url} {verb}: {reason}")
         self.role, self.url, self.status, self.reason = role, url, status, reason
+        self.is_unsent = is_unsent  # no connection was made: the server never saw the request (failover.py)
+        self.is_transport = is_transport  # no HTTP answer at all (refused, broken, timed out)
+
+    @property
+    def is_timeout(self) -> bool:
+        return self.status == 504
 
     @property
     def is_client_error(self) -> bool:
@@ -39,6 +46,16 @@ class HopError(Exception):
 
 def is_client_error(status: int) -> bool:
     return 400 <= status < 500
+
+
+def transport_error(role: str, url: str, exc: httpx.HTTPError) -> HopError:
+    """No answer: 504 after a timeout, else 502; a connection never made is marked unsent (nothing reached it)."""
+    is_unsent = isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+    if isinstance(exc, httpx.TimeoutException):
+        return HopError(role, url, 504, f"no answer within the timeout ({type(exc).__name__})", is_unsent=is_unsent,
+                        is_transport=True)
+    return HopError(role, url, 502, f"{type(exc).__name__}: {exc or 'connection lost'}", is_unsent=is_unsent,
+                    is_transport=True)
 
 
 def status_error(role: str, url: str, status: int, text: str) -> HopError:
@@ -69,10 +86,8 @@ async def post_json(client: httpx.AsyncClient, role: str, url: str, path: str, b
     """POST and return the JSON answer; any transport error, timeout or non-200 raises HopError."""
     try:
         response = await client.post(f"{url}{path}", json=body, headers=headers)
-    except httpx.TimeoutException as exc:
-        raise HopError(role, url, 504, f"no answer within the timeout ({type(exc).__name__})") from None
     except httpx.HTTPError as exc:
-        raise HopError(role, url, 502, f"{type(exc).__name__}: {exc or 'connection lost'}") from None
+        raise transport_error(role, url, exc) from None
     if response.status_code != 200:
         raise status_error(role, url, response.status_code, response.text)
     try:

@@ -21,6 +21,8 @@ class ProxyMetrics:
         self.first_token: Counter[tuple[str, str]] = Counter()  # by (route, reason): ("prefill", ""), or
         # ("two_hop", why not: eligibility.Route.reason)
         self.unknown_fields: Counter[str] = Counter()  # names of the fields that sent a request two hops
+        self.retries: Counter[str] = Counter()  # by role: a hop tried again on another server of it (failover.py)
+        self.fallbacks: Counter[str] = Counter()  # by the role that served a request alone
 
     def observe_route(self, route: Route) -> None:
         """A request the first-token path could have taken (launch --first-token prefill) and where it went."""
@@ -36,9 +38,16 @@ class ProxyMetrics:
         self.hop_seconds[hop] += seconds
         self.hop_count[hop] += 1
 
-    def render(self, outstanding: dict[str, dict[str, int]]) -> str:
+    def render(self, outstanding: dict[str, dict[str, int]], up: dict[str, dict[str, bool]] | None = None) -> str:
         lines = ["# TYPE hybridserve_proxy_requests_total counter"]
         lines += [f'hybridserve_proxy_requests_total{{outcome="{k}"}} {v}' for k, v in sorted(self.requests.items())]
+        lines.append("# TYPE hybridserve_proxy_retries_total counter")
+        lines += [f'hybridserve_proxy_retries_total{{role="{k}"}} {v}' for k, v in sorted(self.retries.items())]
+        lines.append("# TYPE hybridserve_proxy_fallbacks_total counter")
+        lines += [f'hybridserve_proxy_fallbacks_total{{served_by="{k}"}} {v}' for k, v in sorted(self.fallbacks.items())]
+        lines.append("# TYPE hybridserve_proxy_server_up gauge")
+        for role, per_url in sorted((up or {}).items()):
+            lines += [f'hybridserve_proxy_server_up{{role="{role}",url="{u}"}} {int(ok)}' for u, ok in per_url.items()]
         lines.append("# TYPE hybridserve_proxy_hop_seconds summary")
         for hop in sorted(self.hop_count):
             lines.append(f'hybridserve_proxy_hop_seconds_sum{{hop="{hop}"}} {self.hop_seconds[hop]:.6f}')

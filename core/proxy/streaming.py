@@ -15,29 +15,30 @@ import httpx
 DONE_LINE = b"data: [DONE]"
 
 
-def error_event(url: str, reason: str, *, status: int = 502) -> bytes:
-    """A 4xx `status`: decode refused the request (after token 1 went out); anything else: decode failed."""
+def error_event(url: str, reason: str, *, status: int = 502, role: str = "decode") -> bytes:
+    """A 4xx `status`: the role refused the request (after token 1 went out); anything else: it failed. The role is
+    decode, or prefill when it serves a request alone (failover.py)."""
     is_refusal = 400 <= status < 500
-    message = f"decode server {url} {'refused the request' if is_refusal else 'failed'}: {reason}"
-    kind = "invalid_request_error" if is_refusal else "decode_failed"
-    payload = {"error": {"message": message, "type": kind, "role": "decode", "code": status}}
+    message = f"{role} server {url} {'refused the request' if is_refusal else 'failed'}: {reason}"
+    kind = "invalid_request_error" if is_refusal else f"{role}_failed"
+    payload = {"error": {"message": message, "type": kind, "role": role, "code": status}}
     return f"data: {json.dumps(payload)}\n\n".encode()
 
 
-async def relay(response: httpx.Response, url: str) -> AsyncIterator[bytes]:
-    """Yield the decode stream's bytes unchanged; end with an error event if `[DONE]` never came."""
+async def relay(response: httpx.Response, url: str, role: str = "decode") -> AsyncIterator[bytes]:
+    """Yield the stream's bytes unchanged; end with an error event naming `role` if `[DONE]` never came."""
     tail = b""
     try:
         async for chunk in response.aiter_bytes():
             tail = (tail + chunk)[-64:]
             yield chunk
     except httpx.TimeoutException as exc:
-        yield error_event(url, f"no data within the timeout ({type(exc).__name__})")
+        yield error_event(url, f"no data within the timeout ({type(exc).__name__})", role=role)
         return
     except httpx.HTTPError as exc:
-        yield error_event(url, f"stream broken ({type(exc).__name__}: {exc or 'connection lost'})")
+        yield error_event(url, f"stream broken ({type(exc).__name__}: {exc or 'connection lost'})", role=role)
         return
     finally:
         await response.aclose()
     if DONE_LINE not in tail:
-        yield error_event(url, "stream ended without [DONE] (server gone?)")
+        yield error_event(url, "stream ended without [DONE] (server gone?)", role=role)

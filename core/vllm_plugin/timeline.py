@@ -15,7 +15,9 @@ that event stays off, serving is never touched):
 - `scheduled`: the first `Scheduler.schedule` output that gives the request tokens to compute (prefill: its
   forward; decode: the recompute of the last prompt token once the KV is in place).
 - `first_token` / `finished`: `Scheduler.update_from_output` returns the request's first new token / its finish.
-- proxy (core/proxy/app.py): `hop1_start`, `hop1_end`, `hop2_start`, `hop2_first_byte`, keyed by X-Request-Id.
+- proxy (core/proxy/app.py): `hop1_start`, `hop1_end`, `hop2_start`, `hop2_first_byte`, keyed by X-Request-Id;
+  core/proxy/failover.py: `retry` (role, failed and next server, whether prefill's blocks were kept) and `fallback`
+  (the role that served the request alone), each time it happens.
 """
 
 from __future__ import annotations

@@ -1,0 +1,153 @@
+"""The chaos bench's bounded load and its KV sampler: a few client threads sending completions back to back (every
+other one streamed), each one recorded as the client saw it, and every engine's `vllm:kv_cache_usage_perc` twice a
+second. Threads, not asyncio: the load must go on while the bench kills and waits in its own thread.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import httpx
+
+FAILED_PAUSE_S = 0.2  # a client's pause after a failed request
+_KV_USAGE = re.compile(r"^vllm:kv_cache_usage_perc(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Sent:
+    """One request as the client saw it (times: time.time())."""
+
+    rid: str  # the X-Request-Id it carried (the proxy's timeline is keyed by it)
+    start: float
+    end: float
+    first_byte: float | None  # a stream's first event
+    status: int | None  # None: no HTTP answer
+    is_stream: bool
+    is_ok: bool  # 200 with a whole answer ([DONE] and no error event for a stream)
+    error_role: str | None  # the role an error names; "proxy" when the front door itself failed
+    is_refused: bool  # the connection to the front door was refused (nothing sent)
+
+
+class Load:
+    """`num_clients` threads, each sending one request after the other until stopped; `pause()` holds them."""
+
+    def __init__(self, url: str, model: str, *, num_clients: int = 3, max_tokens: int = 24, prompt_words: int = 40,
+                 timeout_s: float = 60.0, max_requests: int = 20000) -> None:
+        self.url, self.model, self.max_tokens, self.timeout_s = url, model, max_tokens, timeout_s
+        self.prompt_words, self.max_requests = prompt_words, max_requests
+        self.sent: list[Sent] = []
+        self._go, self._stop = threading.Event(), threading.Event()
+        self._go.set()
+        self._lock = threading.Lock()
+        self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(num_clients)]
+
+    def start(self) -> Load:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def pause(self) -> None:
+        self._go.clear()
+
+    def resume(self) -> None:
+        self._go.set()
+
+    def stop(self) -> list[Sent]:
+        self._stop.set()
+        self._go.set()
+        for thread in self._threads:
+            thread.join(timeout=self.timeout_s + 5)
+        return list(self.sent)
+
+    def _client(self, index: int) -> None:
+        with httpx.Client(timeout=self.timeout_s) as client:
+            for n in range(self.max_requests):
+                self._go.wait()
+                if self._stop.is_set() or len(self.sent) >= self.max_requests:
+                    return
+                one = self._one(client, is_stream=(index + n) % 2 == 1, salt=f"{index}-{n}")
+                with self._lock:
+                    self.sent.append(one)
+                if not one.is_ok:
+                    time.sleep(FAILED_PAUSE_S)  # a front end that fails at once must not be asked thousands of times
+
+    def _one(self, client: httpx.Client, *, is_stream: bool, salt: str) -> Sent:
+        rid = uuid.uuid4().hex
+        body = {"model": self.model, "prompt": f"{salt} " + "hello world " * (self.prompt_words // 2),
+                "max_tokens": self.max_tokens, "temperature": 0.0, "ignore_eos": True, "stream": is_stream}
+        start, first, status, ok, role, refused = time.time(), None, None, False, None, False
+        try:
+            with client.stream("POST", f"{self.url}/v1/completions", json=body,
+                               headers={"X-Request-Id": rid}) as response:
+                status = response.status_code
+                if is_stream and status == 200:
+                    first, ok, role = _read_stream(response)
+                else:
+                    answer = json.loads(response.read() or b"{}")
+                    ok = status == 200 and bool(answer.get("choices"))
+                    role = None if ok else ((answer.get("error") or {}).get("role") or "unknown")
+        except httpx.ConnectError:
+            role, refused = "proxy", True
+        except (httpx.HTTPError, ValueError):
+            role = "proxy"
+        return Sent(rid=rid, start=start, end=time.time(), first_byte=first, status=status, is_stream=is_stream,
+                    is_ok=ok, error_role=role, is_refused=refused)
+
+
+def _read_stream(response: httpx.Response) -> tuple[float | None, bool, str | None]:
+    """(time of the first event, whole and clean, the role an error event names)."""
+    first, done, role = None, False, None
+    for line in response.iter_lines():
+        if not line.startswith("data: "):
+            continue
+        first = first or time.time()
+        if line == "data: [DONE]":
+            done = True
+        elif line.startswith('data: {"error"'):
+            role = (json.loads(line[6:]).get("error") or {}).get("role") or "unknown"
+    if role is None and not done:
+        role = "proxy"
+    return first, done and role is None, role
+
+
+class KvSampler:
+    """Every engine's KV cache usage every `every_s`: (time, name, fraction or None when it did not answer)."""
+
+    def __init__(self, engines: dict[str, str], every_s: float = 0.5) -> None:
+        self.engines, self.every_s = engines, every_s
+        self.samples: list[tuple[float, str, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> KvSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[tuple[float, str, float | None]]:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        return list(self.samples)
+
+    def latest(self, name: str) -> float | None:
+        values = [v for _, n, v in self.samples if n == name]
+        return values[-1] if values else None
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=2.0) as client:
+            while not self._stop.is_set():
+                for name, url in self.engines.items():
+                    self.samples.append((time.time(), name, kv_usage(client, url)))
+                self._stop.wait(self.every_s)
+
+
+def kv_usage(client: httpx.Client, url: str) -> float | None:
+    try:
+        found = _KV_USAGE.search(client.get(f"{url}/metrics").text)
+    except httpx.HTTPError:
+        return None
+    return float(found.group(1)) if found else None

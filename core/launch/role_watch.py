@@ -1,0 +1,177 @@
+"""Serving with `--restart on-failure`: watch every role, restart the one that fails, keep the others serving.
+
+Each role is SERVING, WAITING (its backoff) or STARTING (started again, not yet healthy). A SERVING role fails when it
+exits (any code) or misses `unhealthy_checks` health checks in a row: an engine must answer /health with 200 (vLLM
+answers 503 once its engine core is dead); the proxy role only has to answer at all (vllm-router answers 503 while a
+worker is out, and taking workers out is the router's own business). A failed role's process group is SIGKILLed at
+once (the ports must be free for its restart) and the ledger (restart.py) gives its backoff or spends the cap. Every
+transition is an event: one JSON line in `<run folder>/restarts.jsonl` (what the chaos bench reads) and one message.
+Engines that share a GPU start one at a time, as at launch (vLLM sizes its KV cache from the memory free then).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hybridserve.core.common.errors import HybridserveError
+from hybridserve.core.launch.guard import wait_groups_gone
+from hybridserve.core.launch.health import health_status
+from hybridserve.core.launch.process import RunningRole
+from hybridserve.core.launch.restart import RestartLedger, RestartLimits, cap_text
+
+RESTART_LOG = "restarts.jsonl"
+
+
+class RestartCapSpentError(HybridserveError):
+    """A role failed more often than the restart cap allows; every role has been stopped (exit 1)."""
+
+    exit_code = 1
+
+
+class Phase(enum.Enum):
+    SERVING = "serving"
+    WAITING = "waiting"
+    STARTING = "starting"
+
+
+@dataclass
+class Watched:
+    role: RunningRole
+    ledger: RestartLedger
+    phase: Phase = Phase.SERVING
+    until: float = 0.0  # WAITING: when to start again; STARTING: the deadline for /health
+    missed_checks: int = 0
+    down_since: float = 0.0
+    last_status: int | None = field(default=None)
+
+
+def is_alive(role: RunningRole, status: int | None) -> bool:
+    return status == 200 if role.command.role.is_engine else status is not None
+
+
+class RoleWatch:
+    """`roles`: runner.StartedRoles (start_again); `on_message`: one line per event, for the operator."""
+
+    def __init__(self, roles, *, limits: RestartLimits, start_timeout_s: float,  # noqa: ANN001
+                 on_message: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.roles, self.limits, self.start_timeout_s, self.clock = roles, limits, start_timeout_s, clock
+        self.on_message = on_message or (lambda _line: None)
+        self.watched = [Watched(role, RestartLedger(limits)) for role in roles]
+        self.log_path = Path(roles.run_dir) / RESTART_LOG
+        self.next_check = 0.0
+        self.checks = ThreadPoolExecutor(max_workers=max(1, len(self.watched)), thread_name_prefix="health")
+        self.pending: dict[str, Future] = {}
+
+    def serve(self, *, poll_s: float = 0.5) -> None:
+        """Until the cap is spent (RestartCapSpentError) or a signal ends it (supervisor.Stop)."""
+        try:
+            while True:
+                self.tick()
+                time.sleep(poll_s)
+        finally:
+            self.checks.shutdown(wait=False, cancel_futures=True)
+
+    def tick(self) -> None:
+        now = self.clock()
+        statuses = self._probe(now)
+        for w in self.watched:
+            if w.phase is Phase.SERVING:
+                self._serving(w, statuses.get(w.role.name, "skip"), now)
+            elif w.phase is Phase.WAITING and now >= w.until and not self._gpu_busy(w):
+                self._start(w, now)
+            elif w.phase is Phase.STARTING:
+                self._starting(w, now)
+
+    def _probe(self, now: float) -> dict[str, int | None]:
+        """The /health statuses that came back since the last tick. Every check_every_s all SERVING roles are asked
+        at once, in threads: a server slow to answer (a busy CPU box: seconds) must not delay seeing an exit."""
+        done = {name: future.result() for name, future in self.pending.items() if future.done()}
+        for name in done:
+            del self.pending[name]
+        if not self.pending and now >= self.next_check:
+            self.next_check = now + self.limits.check_every_s
+            for w in self.watched:
+                if w.phase is Phase.SERVING and w.role.is_running:
+                    self.pending[w.role.name] = self.checks.submit(health_status, w.role.command.url,
+                                                                   timeout_s=self.limits.check_timeout_s)
+        return done
+
+    def _serving(self, w: Watched, status, now: float) -> None:  # noqa: ANN001 (int | None | "skip")
+        if not w.role.is_running:
+            return self._fail(w, w.role.exit_reason, now)
+        if status == "skip":
+            return None
+        w.missed_checks = 0 if is_alive(w.role, status) else w.missed_checks + 1
+        if w.missed_checks >= self.limits.unhealthy_checks:
+            why = f"HTTP {status}" if status is not None else "no answer"
+            return self._fail(w, f"{w.role.name} failed {w.missed_checks} health checks in a row ({why}; log "
+                                 f"{w.role.log_path})", now)
+        return None
+
+    def _starting(self, w: Watched, now: float) -> None:
+        if not w.role.is_running:
+            return self._fail(w, f"{w.role.exit_reason} before it was healthy", now)
+        if health_status(w.role.command.url, timeout_s=2.0) == 200:
+            w.phase, w.missed_checks = Phase.SERVING, 0
+            return self._event("serving", w, f"{w.role.name} serving again, {now - w.down_since:.1f} s after it "
+                                             f"failed", down_s=round(now - w.down_since, 2))
+        if now > w.until:
+            return self._fail(w, f"{w.role.name} not healthy {self.start_timeout_s:.0f} s after its restart", now)
+        return None
+
+    def _fail(self, w: Watched, cause: str, now: float) -> None:
+        _kill_group(w.role)
+        if w.phase is Phase.SERVING:
+            w.down_since = now
+        backoff = w.ledger.admit(now)
+        if backoff is None:
+            self._event("cap_spent", w, f"{cause}; restart cap ({cap_text(self.limits)}) spent", cause=cause)
+            raise RestartCapSpentError(f"{cause}; {w.role.name} failed {w.ledger.count} times within "
+                                       f"{self.limits.window_s:.0f} s, the restart cap ({cap_text(self.limits)}) is "
+                                       f"spent; every other role stopped")
+        w.phase, w.until = Phase.WAITING, now + backoff
+        self._event("failed", w, f"{cause}; restart {w.ledger.count} of {self.limits.max_restarts} in "
+                                 f"{backoff:.0f} s", cause=cause, backoff_s=backoff)
+
+    def _start(self, w: Watched, now: float) -> None:
+        w.role = self.roles.start_again(w.role)
+        w.phase, w.until = Phase.STARTING, now + self.start_timeout_s
+        self._event("restarting", w, f"{w.role.name} started again (pid {w.role.popen.pid})")
+
+    def _gpu_busy(self, w: Watched) -> bool:
+        mine = set(w.role.command.gpus or ())
+        return bool(mine) and any(o.phase is Phase.STARTING and mine & set(o.role.command.gpus or ())
+                                  for o in self.watched if o is not w)
+
+    def _event(self, event: str, w: Watched, message: str, **fields: object) -> None:
+        line = {"t": time.time(), "event": event, "role": w.role.name, "restarts": w.ledger.count, **fields}
+        with open(self.log_path, "a") as out:
+            out.write(json.dumps(line) + "\n")
+        self.on_message(f"{event}: {message}")
+
+
+def _kill_group(role: RunningRole) -> None:
+    """SIGKILL what is left of a failed role's group (an API server that exited leaves its engine core)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(role.popen.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        role.popen.wait(timeout=10)
+    wait_groups_gone([role.popen.pid], timeout_s=10)
+
+
+def read_events(run_dir: Path) -> list[dict]:
+    """The restart events of a run folder, in order (none when nothing failed)."""
+    path = run_dir / RESTART_LOG
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

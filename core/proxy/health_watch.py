@@ -1,0 +1,85 @@
+"""Which engine servers are up, as the proxy sees them: a probe of every server's /health each interval, and a hop
+that could not reach a server marks it down at once (until a probe finds it answering 200 again).
+
+vLLM answers /health with 200 while its engine runs and 503 once the engine core is dead; a server being restarted
+by launch (core/launch/role_watch.py) does not answer at all. The proxy's own /health lists the servers down, and
+routing (routing.py) skips them while another server of the role is up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+
+PROBE_TIMEOUT_S = 2.0
+SLOW_PROBES = 3
+
+
+# A hop's failure marks a server down for this long, or until a probe says otherwise (a proxy run without probes,
+# as in tests, tries the server again afterwards).
+HOP_DOWN_S = 5.0
+
+
+class EndpointHealth:
+    """Up/down per server URL; every server starts up (launch starts the proxy once the engines are healthy)."""
+
+    def __init__(self, urls: tuple[str, ...]) -> None:
+        self.down: dict[str, str] = {}  # url -> why
+        self.since: dict[str, float] = {}  # url -> time.time() it went down
+        self.expires: dict[str, float] = {}  # url -> when a hop's mark lapses (probes' marks do not)
+        self.slow: dict[str, int] = {}  # url -> probes in a row that got no answer in time
+        self.urls = urls
+
+    def is_up(self, url: str) -> bool:
+        if url in self.expires and time.time() > self.expires[url]:
+            self.mark_up(url)
+        return url not in self.down
+
+    def mark_down(self, url: str, why: str, *, is_probe: bool = False) -> None:
+        if url not in self.down:
+            self.since[url] = time.time()
+        self.down[url] = why
+        if is_probe:
+            self.expires.pop(url, None)
+        else:
+            self.expires[url] = time.time() + HOP_DOWN_S
+
+    def mark_up(self, url: str) -> None:
+        for table in (self.down, self.since, self.expires):
+            table.pop(url, None)
+
+    def report(self) -> dict[str, dict[str, object]]:
+        """{url: {"why": ..., "down_s": ...}} for the servers down now."""
+        now = time.time()
+        return {url: {"why": self.down[url], "down_s": round(now - self.since[url], 1)}
+                for url in list(self.down) if not self.is_up(url)}
+
+    async def probe(self, client: httpx.AsyncClient) -> None:
+        """Ask every server's /health once, all at once."""
+        await asyncio.gather(*(self._probe_one(client, url) for url in self.urls))
+
+    async def _probe_one(self, client: httpx.AsyncClient, url: str) -> None:
+        """Refused or not 200: down at once. No answer in time: down after SLOW_PROBES in a row (a CPU server busy
+        with a batch, or beside a server that restarts on its cores, answered /health after 2 s and more)."""
+        try:
+            response = await client.get(f"{url}/health", timeout=PROBE_TIMEOUT_S)
+        except httpx.TimeoutException as exc:
+            self.slow[url] = self.slow.get(url, 0) + 1
+            if self.slow[url] >= SLOW_PROBES:
+                self.mark_down(url, f"/health: {type(exc).__name__} {self.slow[url]} times", is_probe=True)
+            return
+        except httpx.HTTPError as exc:
+            self.mark_down(url, f"/health: {type(exc).__name__}", is_probe=True)
+            return
+        self.slow.pop(url, None)
+        if response.status_code == 200:
+            self.mark_up(url)
+        else:
+            self.mark_down(url, f"/health: HTTP {response.status_code}", is_probe=True)
+
+    async def probe_forever(self, client: httpx.AsyncClient, interval_s: float) -> None:
+        while True:
+            await self.probe(client)
+            await asyncio.sleep(interval_s)

@@ -1,0 +1,58 @@
+"""The chaos bench's counts (core/chaos/tally.py) from made-up records: which failures are excused, what a kill's
+recovery is, when a KV curve is back at idle. No server."""
+
+from __future__ import annotations
+
+from hybridserve.core.chaos.run import parse_phase, topology_yaml, ChaosSpec
+from hybridserve.core.chaos.tally import Kill, held_seconds, tally
+from hybridserve.core.chaos.load import Sent
+
+
+def _sent(rid, start, end, *, ok=True, first=None, stream=False, role=None, refused=False):  # noqa: ANN001
+    return Sent(rid=rid, start=start, end=end, first_byte=first, status=200 if ok else 502, is_stream=stream,
+                is_ok=ok, error_role=role, is_refused=refused)
+
+
+def test_a_begun_stream_is_excused_and_a_request_not_yet_begun_is_not():
+    kill = Kill(t=10.0, roles=("decode-0",), alive_decodes=("decode-1",))
+    sent = [_sent("a", 1, 2), _sent("b", 8, 11, ok=False, first=9.0, stream=True, role="decode"),
+            _sent("c", 9.5, 12, ok=False, role="decode"), _sent("d", 10.5, 12.5), _sent("e", 11, 13)]
+    restarts = [{"t": 40.0, "role": "decode-0", "event": "serving"}]
+    before, row = tally(sent, [kill], [{"event": "retry", "req": "d"}], restarts)
+    assert (before.kill, before.sent, before.ok, row.kill) == ("before", 1, 1, "1 decode-0")
+    assert (row.sent, row.ok, row.failed, row.unexcused, row.retried, row.fell_back) == (4, 2, 2, 1, 1, 0)
+    assert row.first_ok_s == 2.5 and row.restart_s == 30.0
+    assert row.goals_met == ("no unexcused failure: NO", "all served with a decode alive: NO",
+                             "first ok within restart + 5 s: yes")
+
+
+def test_requests_lost_with_a_killed_proxy_and_refused_ones_are_apart_and_recovery_is_judged():
+    kill = Kill(t=10.0, roles=("proxy",), alive_decodes=("decode-0",))
+    sent = [_sent("a", 9, 10.1, ok=False, role="proxy"), _sent("b", 10.2, 10.3, ok=False, role="proxy", refused=True),
+            _sent("c", 12, 19)]
+    row = tally(sent, [kill], [{"event": "fallback", "req": "c"}], [{"t": 12.5, "role": "proxy",
+                                                                     "event": "serving"}])[1]
+    assert (row.lost, row.refused, row.failed, row.unexcused, row.fell_back) == (1, 1, 1, 0, 1)
+    assert row.first_ok_s == 9.0 and row.restart_s == 2.5
+    assert "first ok within restart + 5 s: NO" in row.goals_met and not row.is_met  # 9 s > 2.5 + 5
+    assert not any(g.startswith("all served with a decode alive") for g in row.goals_met)  # decode goal only
+
+
+def test_a_role_that_never_came_back_has_no_restart_time_and_fails_recovery():
+    kill = Kill(t=10.0, roles=("prefill-0",), alive_decodes=("decode-0",))
+    row = tally([_sent("a", 11, 12)], [kill], [], [])[1]
+    assert row.restart_s is None and not row.is_met
+
+
+def test_kv_usage_held_until_it_is_back_at_idle_and_stays():
+    samples = [(9.0, "prefill-0", 0.0), (10.5, "prefill-0", 0.02), (20.0, "prefill-0", 0.0),
+               (21.0, "prefill-0", 0.01), (35.0, "prefill-0", 0.0), (36.0, "prefill-0", 0.0), (36.5, "decode-0", 0.3)]
+    assert held_seconds(samples, "prefill-0", since=10.0) == 25.0
+    assert held_seconds(samples[:4], "prefill-0", since=10.0) is None
+
+
+def test_a_phase_and_the_topology_name_every_instance():
+    assert parse_phase("decode-0,decode-1@5") == ((0.0, "decode-0"), (5.0, "decode-1"))
+    text = topology_yaml(ChaosSpec(kills=(), num_decodes=2, base_port=19600, router="vllm-router"))
+    assert '"port": 19800' in text and '"port": 19801' in text and '"kind": "vllm-router"' in text
+    assert '"kv_lease_s": 30' in text

@@ -1,0 +1,177 @@
+"""`launch --restart on-failure`: a role that exits or fails its health checks is started again with backoff while
+the others serve; past the cap every role stops and the role is named (no vLLM here: small HTTP servers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from _run_groups import kill_run_groups
+
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.guard import Guard
+from hybridserve.core.launch.health import health_status
+from hybridserve.core.launch.plan import Role, RoleCommand
+from hybridserve.core.launch.process import stop_roles
+from hybridserve.core.launch.restart import RestartLedger, RestartLimits, RestartPolicy
+from hybridserve.core.launch.role_watch import RestartCapSpentError, RoleWatch, read_events
+from hybridserve.core.launch.runner import StartedRoles
+
+LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
+
+# /health answers `status`; after `live_s` seconds the server exits with code 0 (vLLM's API server after its engine
+# died); live_s 0: never exits
+SERVER = """
+import http.server, sys, threading, os
+port, status, live_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+if live_s:
+    threading.Timer(live_s, lambda: os._exit(0)).start()
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(status); self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+"""
+FAST = RestartLimits(max_restarts=2, first_backoff_s=0.1, max_backoff_s=0.2, check_every_s=0.2, check_timeout_s=1.0)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_backoff_doubles_up_to_the_cap_and_old_failures_are_forgotten():
+    ledger = RestartLedger(RestartLimits(max_restarts=5, window_s=600, first_backoff_s=1, max_backoff_s=10))
+    assert [ledger.admit(t) for t in (0, 1, 2, 3, 4)] == [1, 2, 4, 8, 10]
+    assert ledger.admit(5) is None  # the 6th failure within 10 minutes spends the cap
+    fresh = RestartLedger(RestartLimits(max_restarts=1, window_s=60))
+    assert fresh.admit(0) == 1 and fresh.admit(61) == 1  # the first failure left the window
+    assert fresh.admit(62) is None
+
+
+def test_restart_policy_is_parsed_once_and_a_wrong_one_named():
+    assert RestartPolicy.parse("on-failure") is RestartPolicy.ON_FAILURE
+    assert RestartPolicy.parse("never") is RestartPolicy.NEVER
+    with pytest.raises(InputError, match="--restart always: accepted: on-failure, never"):
+        RestartPolicy.parse("always")
+
+
+def _roles(tmp_path: Path, *servers: tuple[str, Role, int, float]) -> StartedRoles:
+    roles = StartedRoles(tmp_path, Guard())
+    for name, role, status, live_s in servers:
+        port = _free_port()
+        roles.start(RoleCommand(name=name, role=role, argv=(sys.executable, "-c", SERVER, str(port), str(status),
+                                                                str(live_s)), env=(), host="127.0.0.1", port=port))
+    deadline = time.monotonic() + 30  # as launch: the watch begins once every role answered
+    while not all(health_status(r.command.url) is not None for r in roles) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return roles
+
+
+def _serve_for(watch: RoleWatch, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        watch.tick()
+        time.sleep(0.05)
+
+
+def test_a_server_that_exits_0_counts_as_failed_and_spends_the_cap_while_the_other_serves(tmp_path):
+    roles = _roles(tmp_path, ("decode-0", Role.DECODE, 200, 1.5), ("prefill-0", Role.PREFILL, 200, 0))
+    prefill_pid = roles[1].popen.pid
+    messages: list[str] = []
+    try:
+        watch = RoleWatch(roles, limits=FAST, start_timeout_s=20, on_message=messages.append)
+        start = time.monotonic()
+        with pytest.raises(RestartCapSpentError, match=r"decode-0 exited with code 0 \(log .*decode-0 failed 3 "
+                                                       r"times within 600 s, the restart cap \(2 restarts in 600 s\)"):
+            _serve_for(watch, 60)
+        assert time.monotonic() - start < 30
+        events = [(e["event"], e["role"]) for e in read_events(tmp_path)]
+        assert events[:2] == [("failed", "decode-0"), ("restarting", "decode-0")]
+        assert ("serving", "decode-0") in events and events[-1] == ("cap_spent", "decode-0")
+        assert [e for e, _ in events].count("restarting") == 2
+        assert roles[1].popen.pid == prefill_pid and roles[1].is_running  # never touched
+        assert any(m.startswith("failed: decode-0 exited with code 0") and "restart 1 of 2 in 0 s" in m
+                   for m in messages), messages
+    finally:
+        stop_roles(roles, grace_s=1)
+        roles.guard.release()
+
+
+def test_an_engine_answering_503_is_restarted_and_a_proxy_answering_503_is_not(tmp_path):
+    """vLLM answers /health with 503 once its engine core is dead; vllm-router answers 503 while a worker is out."""
+    roles = _roles(tmp_path, ("decode-0", Role.DECODE, 503, 0), ("proxy", Role.PROXY, 503, 0))
+    first_decode, proxy_pid = roles[0].popen.pid, roles[1].popen.pid
+    try:
+        watch = RoleWatch(roles, limits=FAST, start_timeout_s=1.5)
+        _serve_for(watch, 1.5)
+        failed = [e for e in read_events(tmp_path) if e["event"] == "failed"]
+        assert failed and failed[0]["role"] == "decode-0"
+        assert "decode-0 failed 3 health checks in a row (HTTP 503; log " in failed[0]["cause"]
+        assert roles[0].popen.pid != first_decode  # started again
+        assert roles[1].popen.pid == proxy_pid and {e["role"] for e in read_events(tmp_path)} == {"decode-0"}
+    finally:
+        stop_roles(roles, grace_s=1)
+        roles.guard.release()
+
+
+def _read_json(launcher: subprocess.Popen) -> dict:
+    lines = []
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        line = launcher.stdout.readline()
+        if not line:
+            pytest.fail(f"launch exited: {launcher.stderr.read()[-1000:]}")
+        lines.append(line)
+        if line.startswith("}"):
+            return json.loads("".join(lines))
+    pytest.fail("no endpoints from launch --role proxy")
+
+
+def _wait(predicate, seconds: float) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_launch_restarts_a_killed_proxy_by_default_and_still_stops_everything_on_sigterm(tmp_path):
+    pytest.importorskip("uvicorn", reason="needs the cpu or cuda extra")
+    port = _free_port()
+    launcher = subprocess.Popen([*LAUNCH, "--role", "proxy", "--json", "--base-port", str(port), "--run-dir",
+                                 str(tmp_path / "runs"), "--timeout", "60"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        run_dir = Path(_read_json(launcher)["run_dir"])
+        first = int((run_dir / "proxy.pid").read_text())
+        os.kill(first, signal.SIGKILL)
+        killed = time.monotonic()
+        assert _wait(lambda: any(e["event"] == "serving" for e in read_events(run_dir)), 60), read_events(run_dir)
+        assert time.monotonic() - killed < 30 and launcher.poll() is None
+        second = int((run_dir / "proxy.pid").read_text())
+        assert second != first and httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        failed = next(e for e in read_events(run_dir) if e["event"] == "failed")
+        assert failed["cause"].startswith("proxy was killed by SIGKILL (log ") and failed["backoff_s"] == 1.0
+        launcher.send_signal(signal.SIGTERM)
+        assert launcher.wait(timeout=30) == 143
+        stderr = launcher.stderr.read()
+        assert "failed: proxy was killed by SIGKILL" in stderr and "serving: proxy serving again" in stderr
+        assert _wait(lambda: subprocess.run(["ps", "-o", "stat=", "-p", str(second)], capture_output=True,
+                                            text=True).stdout.strip() in ("", "Z"), 10)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+        kill_run_groups(tmp_path / "runs")
