@@ -229,7 +229,8 @@ def test_a_detokenize_on_a_decode_that_died_after_its_answer_goes_to_another_ser
                 self.seen.append((request.url.host, json.loads(request.content), None))
                 if request.url.host == "d1":
                     raise httpx.ConnectError("refused")
-                return httpx.Response(200, json={"prompt": "\u00e9!"})
+                alone = len(json.loads(request.content)["tokens"]) == 1  # token 1 alone: half a character
+                return httpx.Response(200, json={"prompt": "\ufffd" if alone else "\u00e9!"})
             return await super().__call__(request)
 
     answer = prefill_answer()
@@ -238,4 +239,6 @@ def test_a_detokenize_on_a_decode_that_died_after_its_answer_goes_to_another_ser
     with _client(servers, first_token=FirstTokenSource.PREFILL) as client:
         reply = client.post("/v1/completions", json={"prompt": "hi", "max_tokens": 3})
     assert reply.status_code == 200 and reply.json()["choices"][0]["text"] == "\u00e9!"
-    assert [h for h, _, _ in servers.seen] == ["p1", "d1", "d1", "p1"]  # hop 1, hop 2, /detokenize twice
+    # hop 1, prefill's /detokenize of token 1 alone (half a character, not a hidden token), hop 2, the text
+    # repair's /detokenize: refused by the dead decode, answered by prefill
+    assert [h for h, _, _ in servers.seen] == ["p1", "p1", "d1", "d1", "p1"]
