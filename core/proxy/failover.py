@@ -23,6 +23,7 @@ Each retry and fallback is counted (metrics.py) and is an event of the request's
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,6 +35,7 @@ from hybridserve.core.vllm_plugin import timeline
 Send = Callable[[str, str, dict], Awaitable[Any]]  # (role, url, body) -> answer; HopError before any byte went out
 Served = tuple[str, str, Any]  # (role, url, answer)
 MAX_FAILURES = 3  # a request's 3rd failure goes to the client: one server of each role plus one more tried
+logger = logging.getLogger("hybridserve.proxy")  # one line per failure and fallback: what it cost, and why
 
 
 def is_retryable(err: HopError) -> bool:
@@ -67,6 +69,7 @@ class Route:
         failed MAX_FAILURES times (a request that kills the engine serving it must not take every server down)."""
         if not is_retryable(err):
             raise err
+        logger.warning("hybridserve proxy: request %s: %s %s failed: %s", self.rid, err.role, err.url, err.reason)
         self.avoid.add(err.url)
         self.errors.append(err)
         if err.is_transport:  # nothing answered there: down until a probe finds it again
@@ -81,6 +84,8 @@ class Route:
     def fell_back(self, role: str, url: str) -> None:
         self.metrics.fallbacks[role] += 1
         timeline.emit("fallback", self.rid, served_by=role, url=url)
+        logger.warning("hybridserve proxy: request %s served by %s %s alone (the other role has no server up or "
+                       "left)", self.rid, role, url)
 
     def give_up(self) -> HopError:
         """The last failure, naming the ones before it; or, with none, that no server was up."""

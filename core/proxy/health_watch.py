@@ -9,11 +9,13 @@ routing (routing.py) skips them while another server of the role is up.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import httpx
 
-PROBE_TIMEOUT_S = 2.0
+PROBE_TIMEOUT_S = 5.0  # a busy server's /health may wait behind its work; a dead one refuses at once
+logger = logging.getLogger("hybridserve.proxy")
 SLOW_PROBES = 3
 
 
@@ -40,6 +42,7 @@ class EndpointHealth:
     def mark_down(self, url: str, why: str, *, is_probe: bool = False) -> None:
         if url not in self.down:
             self.since[url] = time.time()
+            logger.warning("hybridserve proxy: %s is down (%s)", url, why)
         self.down[url] = why
         if is_probe:
             self.expires.pop(url, None)
@@ -47,6 +50,8 @@ class EndpointHealth:
             self.expires[url] = time.time() + HOP_DOWN_S
 
     def mark_up(self, url: str) -> None:
+        if url in self.down:
+            logger.warning("hybridserve proxy: %s is up again", url)
         for table in (self.down, self.since, self.expires):
             table.pop(url, None)
 
@@ -62,7 +67,9 @@ class EndpointHealth:
 
     async def _probe_one(self, client: httpx.AsyncClient, url: str) -> None:
         """Refused or not 200: down at once. No answer in time: down after SLOW_PROBES in a row (a CPU server busy
-        with a batch, or beside a server that restarts on its cores, answered /health after 2 s and more)."""
+        with a batch, or beside a server that restarts on its cores, answered /health after 2 s and more). With 2 s
+        probes one CI run on a loaded box served one request by decode alone, cause not recorded: a probe timeout is
+        one candidate, and each down, up, failed hop and fallback is now a line of the proxy's log."""
         try:
             response = await client.get(f"{url}/health", timeout=PROBE_TIMEOUT_S)
         except httpx.TimeoutException as exc:
