@@ -37,7 +37,9 @@ def test_no_request_fails_unless_it_had_begun_streaming_when_its_role_died(chaos
 
 def test_with_a_second_decode_alive_every_request_is_served_by_it(chaos):
     row = _row(chaos, "1 decode-0")
-    assert row.alive_decodes == "decode-1" and row.fell_back == 0 and row.retried > 0, row
+    # (a retry happens only when a request not yet streaming was on decode-0 at the kill: timing, not a goal;
+    # test_proxy_failover.py pins the retry itself)
+    assert row.alive_decodes == "decode-1" and row.fell_back == 0 and row.ok > 0, row
     assert "all served with a decode alive: yes" in row.goals_met, (row, chaos.failures)
 
 
