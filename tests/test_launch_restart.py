@@ -19,7 +19,7 @@ from _run_groups import kill_run_groups
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.guard import Guard
-from hybridserve.core.launch.health import health_status
+from hybridserve.core.launch.health import health_answer
 from hybridserve.core.launch.plan import Role, RoleCommand
 from hybridserve.core.launch.process import stop_roles
 from hybridserve.core.launch.restart import RestartLedger, RestartLimits, RestartPolicy
@@ -37,10 +37,12 @@ if live_s:
     threading.Timer(live_s, lambda: os._exit(0)).start()
 class Health(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
+        if not status:  # status 0: takes the request and never answers (a busy or hung server)
+            threading.Event().wait()
         self.send_response(status); self.end_headers()
     def log_message(self, *args):
         pass
-http.server.HTTPServer(("127.0.0.1", port), Health).serve_forever()
+http.server.ThreadingHTTPServer(("127.0.0.1", port), Health).serve_forever()
 """
 FAST = RestartLimits(max_restarts=2, first_backoff_s=0.1, max_backoff_s=0.2, check_every_s=0.2, check_timeout_s=1.0)
 
@@ -74,7 +76,8 @@ def _roles(tmp_path: Path, *servers: tuple[str, Role, int, float]) -> StartedRol
         roles.start(RoleCommand(name=name, role=role, argv=(sys.executable, "-c", SERVER, str(port), str(status),
                                                                 str(live_s)), env=(), host="127.0.0.1", port=port))
     deadline = time.monotonic() + 30  # as launch: the watch begins once every role answered
-    while not all(health_status(r.command.url) is not None for r in roles) and time.monotonic() < deadline:
+    while (not all(health_answer(r.command.url, timeout_s=0.3) is not None for r in roles)
+           and time.monotonic() < deadline):
         time.sleep(0.05)
     return roles
 
@@ -121,6 +124,29 @@ def test_an_engine_answering_503_is_restarted_and_a_proxy_answering_503_is_not(t
         assert "decode-0 failed 3 health checks in a row (HTTP 503; log " in failed[0]["cause"]
         assert roles[0].popen.pid != first_decode  # started again
         assert roles[1].popen.pid == proxy_pid and {e["role"] for e in read_events(tmp_path)} == {"decode-0"}
+    finally:
+        stop_roles(roles, grace_s=1)
+        roles.guard.release()
+
+
+def test_a_silent_engine_is_busy_until_hung_checks_then_restarted(tmp_path):
+    """No answer in time is not a failure by itself (a busy vLLM CPU server left /health unanswered for 15 s and
+    more while it served); only `hung_checks` of them in a row are."""
+    from dataclasses import replace
+
+    from hybridserve.core.launch.health import SLOW
+
+    roles = _roles(tmp_path, ("decode-0", Role.DECODE, 0, 0))
+    first = roles[0].popen.pid
+    try:
+        assert health_answer(roles[0].command.url, timeout_s=0.3) == SLOW
+        assert health_answer(f"http://127.0.0.1:{_free_port()}", timeout_s=0.3) is None  # nothing there
+        quick = replace(FAST, check_timeout_s=0.2)
+        _serve_for(RoleWatch(roles, limits=replace(quick, hung_checks=1000), start_timeout_s=1.5), 1.5)
+        assert read_events(tmp_path) == [] and roles[0].popen.pid == first  # 3+ silent checks: still serving
+        _serve_for(RoleWatch(roles, limits=replace(quick, hung_checks=2), start_timeout_s=1.5), 1.5)
+        failed = [e for e in read_events(tmp_path) if e["event"] == "failed"]
+        assert failed and failed[0]["cause"].startswith("decode-0 gave no answer to 2 health checks in a row")
     finally:
         stop_roles(roles, grace_s=1)
         roles.guard.release()

@@ -17,6 +17,25 @@ def is_healthy(url: str, *, timeout_s: float = 2.0) -> bool:
     return health_status(url, timeout_s=timeout_s) == 200
 
 
+SLOW = "slow"  # health_answer: the server took the connection but gave no answer in time (busy, or hung)
+
+
+def health_answer(url: str, *, timeout_s: float) -> int | str | None:
+    """The HTTP status of `GET url/health`; SLOW when the server is there but did not answer in time; None when
+    nothing is there (refused, unreachable)."""
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=timeout_s) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except TimeoutError:
+        return SLOW
+    except urllib.error.URLError as exc:
+        return SLOW if isinstance(exc.reason, TimeoutError) else None
+    except (OSError, ValueError):
+        return None
+
+
 def health_status(url: str, *, timeout_s: float = 2.0) -> int | None:
     """The HTTP status of `GET url/health`; None when nothing answered in time."""
     try:

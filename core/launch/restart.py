@@ -36,7 +36,10 @@ class RestartLimits:
     max_backoff_s: float = 30.0
     unhealthy_checks: int = 3  # failed health checks in a row that count as a failure
     check_every_s: float = 2.0
-    check_timeout_s: float = 5.0  # a CPU server busy with a batch still answers /health within this
+    check_timeout_s: float = 5.0  # a CPU server busy with a batch mostly answers /health within this
+    # checks in a row with no answer in time before a role counts as hung: a busy vLLM CPU server left /health
+    # unanswered for 15 s and more while it served (CI, a loaded 2-core box); 20 checks are about 2 minutes
+    hung_checks: int = 20
 
 
 class RestartLedger:

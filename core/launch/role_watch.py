@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hybridserve.core.common.errors import HybridserveError
 from hybridserve.core.launch.guard import wait_groups_gone
-from hybridserve.core.launch.health import health_status
+from hybridserve.core.launch.health import SLOW, health_answer, health_status
 from hybridserve.core.launch.process import RunningRole
 from hybridserve.core.launch.restart import RestartLedger, RestartLimits, cap_text
 
@@ -51,6 +51,7 @@ class Watched:
     phase: Phase = Phase.SERVING
     until: float = 0.0  # WAITING: when to start again; STARTING: the deadline for /health
     missed_checks: int = 0
+    slow_checks: int = 0  # checks in a row the server took but did not answer in time
     down_since: float = 0.0
     last_status: int | None = field(default=None)
 
@@ -102,7 +103,7 @@ class RoleWatch:
             self.next_check = now + self.limits.check_every_s
             for w in self.watched:
                 if w.phase is Phase.SERVING and w.role.is_running:
-                    self.pending[w.role.name] = self.checks.submit(health_status, w.role.command.url,
+                    self.pending[w.role.name] = self.checks.submit(health_answer, w.role.command.url,
                                                                    timeout_s=self.limits.check_timeout_s)
         return done
 
@@ -111,6 +112,13 @@ class RoleWatch:
             return self._fail(w, w.role.exit_reason, now)
         if status == "skip":
             return None
+        if status == SLOW:  # busy is not dead: only a long silence counts (RestartLimits.hung_checks)
+            w.slow_checks += 1
+            if w.slow_checks >= self.limits.hung_checks:
+                return self._fail(w, f"{w.role.name} gave no answer to {w.slow_checks} health checks in a row "
+                                     f"({self.limits.check_timeout_s:g} s each; log {w.role.log_path})", now)
+            return None
+        w.slow_checks = 0
         w.missed_checks = 0 if is_alive(w.role, status) else w.missed_checks + 1
         if w.missed_checks >= self.limits.unhealthy_checks:
             why = f"HTTP {status}" if status is not None else "no answer"
@@ -122,7 +130,7 @@ class RoleWatch:
         if not w.role.is_running:
             return self._fail(w, f"{w.role.exit_reason} before it was healthy", now)
         if health_status(w.role.command.url, timeout_s=2.0) == 200:
-            w.phase, w.missed_checks = Phase.SERVING, 0
+            w.phase, w.missed_checks, w.slow_checks = Phase.SERVING, 0, 0
             return self._event("serving", w, f"{w.role.name} serving again, {now - w.down_since:.1f} s after it "
                                              f"failed", down_s=round(now - w.down_since, 2))
         if now > w.until:
