@@ -9,6 +9,7 @@ from collections.abc import Callable
 from hybridserve.core.bench.phase import PhaseWork
 from hybridserve.core.bench.stream import RequestRecord, stream_one
 from hybridserve.core.common.errors import MissingExtraError
+from hybridserve.core.common import keepalive
 
 OnDone = Callable[[], None]
 
@@ -28,7 +29,8 @@ def run_phase(url: str, model: str, work: PhaseWork, prompts: tuple[tuple[int, .
 
 async def _run(httpx, url, model, work, prompts, probes, timeout_s, on_done, transport, headers):  # noqa: ANN001, ANN202
     load, probe = work.spec.load, work.spec.probe
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=256,
+                         keepalive_expiry=keepalive.IDLE_EXPIRY_S)
     slots = asyncio.Semaphore(load.max_concurrency) if load.max_concurrency else None
     probe_go = asyncio.Event()
     finished = [0]

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from hybridserve.core.common import keepalive
+
 FAILED_PAUSE_S = 0.2  # a client's pause after a failed request
 _KV_USAGE = re.compile(r"^vllm:kv_cache_usage_perc(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
 
@@ -65,7 +67,8 @@ class Load:
         return list(self.sent)
 
     def _client(self, index: int) -> None:
-        with httpx.Client(timeout=self.timeout_s) as client:
+        limits = httpx.Limits(keepalive_expiry=keepalive.IDLE_EXPIRY_S)
+        with httpx.Client(timeout=self.timeout_s, limits=limits) as client:
             for n in range(self.max_requests):
                 self._go.wait()
                 if self._stop.is_set() or len(self.sent) >= self.max_requests:

@@ -20,6 +20,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
+from hybridserve.core.common import keepalive
 from hybridserve.core.launch.topology import FirstTokenSource
 from hybridserve.core.proxy import eligibility, failover, first_token, hops, relay
 from hybridserve.core.proxy.auth import BearerGuard
@@ -41,7 +42,8 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64)
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=64,
+                              keepalive_expiry=keepalive.IDLE_EXPIRY_S)
         # every call to an engine (hops, /v1/models, /detokenize, /health probes) carries the engine key, never the
         # client's
         headers = {"Authorization": f"Bearer {config.engine_key}"} if config.engine_key else None

@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from hybridserve.core.common import keepalive
 from hybridserve.core.common.errors import CouldNotRunError, MissingExtraError
 
 NUM_TOP_LOGPROBS = 2  # enough to tell a near-tie: the gap between the best and the second-best token
@@ -107,7 +108,8 @@ def complete_all(url: str, prompts: Sequence[str | Sequence[int]], settings: Req
     """Send every prompt (greedy, logprobs) with `settings.concurrency` in flight; results in prompt order."""
     httpx = _httpx()
     url = url.rstrip("/")
-    with httpx.Client(timeout=settings.timeout_s, headers=auth_headers(settings.api_key)) as client:
+    with httpx.Client(timeout=settings.timeout_s, headers=auth_headers(settings.api_key),
+                      limits=httpx.Limits(keepalive_expiry=keepalive.IDLE_EXPIRY_S)) as client:
         model = settings.model or first_model(client, url)
 
         def one(prompt: str | Sequence[int]) -> Completion:
