@@ -30,6 +30,11 @@ from hybridserve.core.proxy import first_token
 from hybridserve.core.proxy.eligibility import ALLOWED, FIRST_TOKEN_PATH, UNKNOWN_FIELD, route
 
 PROMPT = "S01 a b S02 c d S01"  # greedy on the bench model: "1" x 7 (id 19), then id 557 (no text of its own)
+# At output position 6 ids 19 and 557 have the same logit (bf16 logits: logprob -5.7958 both). Greedy takes the lower
+# id; top_k 1 and min_p 1 keep every token tied at the top and vLLM samples among them (one server alone gave either
+# answer, 4:2 in 6 requests), so the filter rows add this bias: the same 7 x 19 then 557 ... as greedy, one token on
+# top at every position (test_the_filter_rows_have_one_top_token)
+TIE_BREAK = {"557": 0.02}
 CHOICES = ["alpha beta gamma", "delta epsilon zeta"]
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 FIRST = "prefill"  # the route of a request whose first token comes from prefill
@@ -71,9 +76,12 @@ ROWS = [
     Row("logprobs", {"logprobs": 2}, FIRST, "token 1's entries first, decode's offsets after its token string"),
     Row("return_tokens_as_token_ids", {"logprobs": 1, "return_tokens_as_token_ids": True}, FIRST,
         "vLLM's text offsets add up token strings ('token_id:19'), not text"),
-    Row("top_k", {"temperature": 0.8, "top_k": 1}, FIRST, "per-step filter (top_k 1: deterministic)"),
-    Row("top_p", {"temperature": 1.0, "top_p": 1e-6}, FIRST, "per-step filter (top_p 1e-6 keeps the top token)"),
-    Row("min_p", {"temperature": 1.0, "min_p": 1.0}, FIRST, "per-step filter (min_p 1 keeps the top token)"),
+    Row("top_k", {"temperature": 0.8, "top_k": 1, "logit_bias": TIE_BREAK}, FIRST,
+        "per-step filter (top_k 1: deterministic with one top token)"),
+    Row("top_p", {"temperature": 1.0, "top_p": 1e-6, "logit_bias": TIE_BREAK}, FIRST,
+        "per-step filter (top_p 1e-6 keeps the top token)"),
+    Row("min_p", {"temperature": 1.0, "min_p": 1.0, "logit_bias": TIE_BREAK}, FIRST,
+        "per-step filter (min_p 1 keeps the top token)"),
     Row("seed-greedy", {"seed": 7, "temperature": 0.0}, FIRST, "temperature < 1e-5 is greedy: no generator"),
     Row("choice", {"structured_outputs": {"choice": CHOICES}, "max_tokens": 24}, "structured_outputs",
         "decode's new request starts the grammar again on a prompt ending in token 1", breaks=True, expect="choice"),
@@ -206,3 +214,19 @@ def test_the_proxy_answers_as_one_server(deployment, random_bench_model, row):
         assert isinstance(json.loads(pd.text), dict)
     if row.breaks:
         assert _by_hand(deployment.endpoints["prefill-0"], deployment.decode, body) != one.token_ids
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("vllm_servers")
+def test_the_filter_rows_have_one_top_token(deployment, random_bench_model):
+    """top_k 1, top_p 1e-6 and min_p 1 are deterministic only where one token is on top: the precondition of their rows,
+    from one server's greedy logprobs (vLLM returns them before the bias: it is added here)."""
+    body = {**body_of(ROWS[0], random_bench_model.name), "logprobs": 5, "return_tokens_as_token_ids": True,
+            "logit_bias": TIE_BREAK}
+    answer = _answer(deployment.decode, FIRST_TOKEN_PATH, body)
+    gaps = []
+    for top in answer.logprobs["top_logprobs"]:
+        biased = sorted((lp + TIE_BREAK.get(key.removeprefix("token_id:"), 0.0) for key, lp in top.items()),
+                        reverse=True)
+        gaps.append(biased[0] - biased[1])
+    assert min(gaps) > 0.01, gaps
