@@ -155,7 +155,7 @@ def test_each_stage_runs_scripts_and_cli_options_that_exist(stage, tmp_path) -> 
     assert list(tmp_path.iterdir()) == [], "a dry run wrote results"
     for line in commands:
         argv = shlex.split(line.rsplit(" > ", 1)[0])
-        while argv[0] == "env" or "=" in argv[0]:
+        while argv[0] in ("env", "setsid", "-w") or "=" in argv[0]:
             argv = argv[1:]
         if argv[0] == "hybridserve":
             _parse_cli(argv[1:])
