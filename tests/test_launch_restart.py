@@ -205,3 +205,31 @@ def test_launch_restarts_a_killed_proxy_by_default_and_still_stops_everything_on
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
         kill_run_groups(tmp_path / "runs")
+
+
+def test_a_restart_that_fails_to_start_names_vllms_root_cause(tmp_path):
+    """The H200 case (2026-12-04): prefill started again but vLLM refused it, the GPU's memory held by its decode
+    peer; the restart event says so, from the engine core's error line, not from the log's last lines."""
+    from test_start_failure import FAILED_START
+
+    marker, port = tmp_path / "ran", _free_port()
+    script = (f"import os, sys, runpy\nif os.path.exists({str(marker)!r}):\n    sys.stdout.write({FAILED_START!r}); "
+              f"sys.exit(1)\nopen({str(marker)!r}, 'w').close()\nsys.argv = ['s', '{port}', '200', '1.5']\n"
+              f"exec(compile({SERVER!r}, 'server', 'exec'))\n")
+    roles = StartedRoles(tmp_path, Guard())
+    roles.start(RoleCommand(name="prefill-0", role=Role.PREFILL, argv=(sys.executable, "-c", script), env=(),
+                            host="127.0.0.1", port=port))
+    try:
+        deadline = time.monotonic() + 30
+        while health_answer(roles[0].command.url, timeout_s=0.3) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        watch = RoleWatch(roles, limits=FAST, start_timeout_s=20)
+        with pytest.raises(RestartCapSpentError, match="prefill-0 exited with code 1 .*before it was healthy; vLLM: "
+                                                       "cuda:0 had 17.98 of 139.8 GiB free"):
+            _serve_for(watch, 30)
+        causes = [e["cause"] for e in read_events(tmp_path) if e["event"] == "failed"]
+        assert causes[0].startswith("prefill-0 exited with code 0")  # the first death: no start failure in it
+        assert "vLLM: cuda:0 had 17.98 of 139.8 GiB free, less than this engine's share" in causes[1]
+    finally:
+        stop_roles(roles, grace_s=1)
+        roles.guard.release()

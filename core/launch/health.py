@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.launch.process import RunningRole
+from hybridserve.core.launch.start_failure import start_failure
 
 ProgressCallback = Callable[[str, bool], None]  # (role name, is_healthy)
 
@@ -56,7 +57,7 @@ def wait_healthy(roles: Sequence[RunningRole], *, timeout_s: float, poll_s: floa
         for name, role in list(pending.items()):
             if not role.is_running:
                 raise CouldNotRunError(f"{name} exited with code {role.popen.returncode} before it was healthy; "
-                                       f"log {role.log_path}: {role.log_tail()}")
+                                       f"log {role.log_path}: {start_failure(role.log_path) or role.log_tail()}")
             if is_healthy(role.command.url):
                 del pending[name]
                 if on_progress:

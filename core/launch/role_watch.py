@@ -28,6 +28,7 @@ from hybridserve.core.launch.guard import wait_groups_gone
 from hybridserve.core.launch.health import SLOW, health_answer, health_status
 from hybridserve.core.launch.process import RunningRole
 from hybridserve.core.launch.restart import RestartLedger, RestartLimits, cap_text
+from hybridserve.core.launch.start_failure import start_failure
 
 RESTART_LOG = "restarts.jsonl"
 
@@ -128,7 +129,8 @@ class RoleWatch:
 
     def _starting(self, w: Watched, now: float) -> None:
         if not w.role.is_running:
-            return self._fail(w, f"{w.role.exit_reason} before it was healthy", now)
+            why = start_failure(w.role.log_path)
+            return self._fail(w, f"{w.role.exit_reason} before it was healthy{f'; {why}' if why else ''}", now)
         if health_status(w.role.command.url, timeout_s=2.0) == 200:
             w.phase, w.missed_checks, w.slow_checks = Phase.SERVING, 0, 0
             return self._event("serving", w, f"{w.role.name} serving again, {now - w.down_since:.1f} s after it "
