@@ -3,14 +3,15 @@ feeds BENCHMARKS.md, "Role deaths under load (chaos), CPU".
 
     flock /tmp/hs-servers.lock timeout 1500 .venv/bin/python benchmarks/chaos.py [--decodes 2]
         [--router hybridserve vllm-router] [--kills decode-0,decode-1@8 prefill-0 proxy]
-        [--base-port 19600] [--out benchmarks/results/chaos.json] [--json]
+        [--base-port 19600] [--out benchmarks/results/chaos.json] [--json] [--keep-logs DIR]
 
 Each `--kills` entry is one phase: the roles it SIGKILLs (`role@s`: s seconds after the phase's first kill); the
 load (3 clients back to back, every other request streamed) runs `--load-s` after the phase's last kill, then pauses
 until launch has brought every role back and the surviving engines' KV usage is idle (or the lease + 10 s). With
 `--router vllm-router` the same deployment runs behind vLLM's router (the router extra), as a second table. On CUDA:
 `--device cuda --model /tmp/m60 --engine '{"max_model_len": 34816, "enforce_eager": true}'` (benchmarks/h200.sh
-chaos). Prints one table per front end and writes every count, KV sample and restart event as JSON.
+chaos). Prints one table per front end and writes every count, KV sample and restart event as JSON; a run that stops
+in a phase (a role that never came back) still reports the phases before it, with the reason.
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ def render(console: Console, router: str, result: ChaosResult) -> None:
                       str(row.failed), str(row.unexcused), str(row.lost), str(row.refused),
                       _s(row.first_ok_s), _s(row.restart_s), kv, "; ".join(row.goals_met) or "-")
     console.print(table)
+    if result.error:
+        console.print(f"the run stopped before its last phase: {result.error}", markup=False, highlight=False,
+                      soft_wrap=True)
     console.print(f"requests completed by each restarted engine after its restart: {result.served_again}")
     for kill, health in result.front_health.items():
         console.print(f"front end's /health 2 s after killing {kill}: {health}", markup=False, highlight=False,
@@ -60,7 +64,7 @@ def as_dict(router: str, result: ChaosResult) -> dict:
             "kv_held_s": result.kv_held, "served_again": result.served_again, "left_running": result.left_running,
             "launch_exit": result.launch_exit, "restarts": result.restarts, "front_health": result.front_health,
             "failures": result.failures, "kills": result.kills,
-            "kv_samples": [list(s) for s in result.kv_samples]}
+            "kv_samples": [list(s) for s in result.kv_samples], "error": result.error}
 
 
 def main(argv: list[str]) -> int:
@@ -77,13 +81,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--start-timeout", type=float, default=420.0)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/chaos.json"))
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    parser.add_argument("--keep-logs", type=Path, default=None,
+                        help="copy each role's log, the restart events and launch's output here (one folder a router)")
     args = parser.parse_args(argv)
     console, err = FitConsole(), Console(stderr=True)
     everything, all_met = [], True
     for i, router in enumerate(args.router):
         spec = ChaosSpec(kills=tuple(parse_phase(k) for k in args.kills), num_decodes=args.decodes, router=router,
                          base_port=args.base_port + 10 * i, model=args.model, device=args.device, engine=args.engine,
-                         num_clients=args.clients, load_s=args.load_s, start_timeout_s=args.start_timeout)
+                         num_clients=args.clients, load_s=args.load_s, start_timeout_s=args.start_timeout,
+                         keep_logs=args.keep_logs / router if args.keep_logs else None)
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                       transient=True) as progress:
             task = progress.add_task(f"{router}: starting", total=None)
@@ -91,7 +98,7 @@ def main(argv: list[str]) -> int:
         if not args.json:
             render(console, router, result)
         everything.append(as_dict(router, result))
-        all_met = all_met and all(r.is_met for r in result.rows) and not result.left_running
+        all_met = all_met and all(r.is_met for r in result.rows) and not result.left_running and not result.error
     args.out.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.out.with_suffix(".tmp")
     tmp.write_text(json.dumps(everything, indent=1) + "\n")

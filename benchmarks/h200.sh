@@ -270,7 +270,7 @@ chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SI
     [ -n "$DRY" ] || { rm -rf $state; mkdir -p $state; }
     start $state/chaos.out setsid -w python3 benchmarks/chaos.py --device cuda --model $M60 \
       --engine '{"max_model_len": 34816, "enforce_eager": true, "gdn_prefill_backend": "triton"}' \
-      --kills decode-0,decode-1@8 prefill-0 proxy --start-timeout 300 --out $state/chaos.json "$@"
+      --kills decode-0,decode-1@8 prefill-0 proxy --start-timeout 300 --out $state/chaos.json --keep-logs $state/logs "$@"
     [ -n "$DRY" ] && return 0
     echo $started > $state/pid
     say "chaos started (pid $started)"

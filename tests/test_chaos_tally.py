@@ -56,3 +56,32 @@ def test_a_phase_and_the_topology_name_every_instance():
     text = topology_yaml(ChaosSpec(kills=(), num_decodes=2, base_port=19600, router="vllm-router"))
     assert '"port": 19800' in text and '"port": 19801' in text and '"kind": "vllm-router"' in text
     assert '"kv_lease_s": 30' in text
+
+
+def test_a_run_that_stops_in_a_phase_reports_why_and_keeps_the_logs(tmp_path, monkeypatch):
+    """No server: launch is a sleeping process whose roles never answer, so the first phase's wait for every role
+    gives up; the result says so (it is not lost in a traceback) and the run folder's logs are kept."""
+    import subprocess
+    import sys
+
+    from hybridserve.core.chaos import run
+
+    def fake_launch(tmp, spec):  # noqa: ANN001, ANN202
+        run_dir = tmp / "runs" / "20261204-000000-all"
+        run_dir.mkdir(parents=True)
+        (run_dir / "prefill-0.log").write_text("GET /health 200\nValueError: Free memory on device cuda:0\n")
+        (run_dir / "restarts.jsonl").write_text('{"event": "failed", "role": "prefill-0"}\n')
+        (tmp / "launch.err").write_text("failed: prefill-0 exited with code 1\n")
+        launcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        return launcher, run_dir, {"prefill-0": "http://127.0.0.1:9", "proxy": "http://127.0.0.1:9"}
+
+    monkeypatch.setattr(run, "_launch", fake_launch)
+    monkeypatch.setattr(run, "_model_name", lambda spec: "m")
+    spec = ChaosSpec(kills=(parse_phase("prefill-0"),), num_decodes=1, start_timeout_s=1.0,
+                     keep_logs=tmp_path / "logs")
+    result = run.run_chaos(spec)
+    assert result.error == ("RuntimeError: roles not healthy after 1 s: {'prefill-0': None, 'proxy': None}")
+    assert result.launch_exit == -15 and result.kills == [] and result.restarts[0]["role"] == "prefill-0"
+    kept = {p.name: p.read_text() for p in (tmp_path / "logs").iterdir()}
+    assert set(kept) == {"prefill-0.log", "restarts.jsonl", "launch.err"}
+    assert kept["prefill-0.log"] == "ValueError: Free memory on device cuda:0\n"  # the /health lines left out

@@ -24,7 +24,7 @@ from hybridserve.core.chaos.load import KvSampler, Load
 from hybridserve.core.chaos.tally import Kill, KillRow, held_seconds, tally
 from hybridserve.core.launch.guard import wait_groups_gone
 from hybridserve.core.launch.health import health_status
-from hybridserve.core.launch.role_watch import read_events
+from hybridserve.core.launch.role_watch import RESTART_LOG, read_events
 from hybridserve.core.launch.timeline import read_events as read_timeline
 from hybridserve.core.vllm_plugin.timeline import TIMELINE_FILE
 
@@ -49,6 +49,7 @@ class ChaosSpec:
     steady_s: float = 5.0  # load before each phase
     kv_lease_s: int = 30
     start_timeout_s: float = 420.0
+    keep_logs: Path | None = None  # where the run folder's logs, restart events and launch's output are copied
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +64,17 @@ class ChaosResult:
     front_health: dict[str, object]  # kill (row label) -> the front end's /health HEALTH_AFTER_S after it
     failures: list[dict]  # every failed request as the client saw it, with its proxy events
     kills: list[dict]  # when each kill was (time.time()) and its row label
+    error: str | None = None  # why the run stopped before its last phase: the rows hold what was measured until then
+
+
+@dataclass
+class _SoFar:
+    """What the phases measured so far: a run that stops in a phase still reports the phases before it."""
+
+    kills: list[Kill] = field(default_factory=list)
+    kv_held: dict[str, dict[str, float | None]] = field(default_factory=dict)  # phase -> survivor -> s idle after
+    served_again: dict[str, int] = field(default_factory=dict)
+    down_seen: dict[str, object] = field(default_factory=dict)
 
 
 def parse_phase(text: str) -> tuple[tuple[float, str], ...]:
@@ -95,16 +107,31 @@ def run_chaos(spec: ChaosSpec, *, on_phase: Callable[[str], None] | None = None)
         if topology["model"] is None:
             topology.pop("model")
         (tmp_path / "topology.yaml").write_text(json.dumps(topology))
-        launcher, run_dir, endpoints = _launch(tmp_path, spec)
+        launcher = None
         try:
-            return _phases(spec, launcher, run_dir, endpoints, tmp_path, note)
+            launcher, run_dir, endpoints = _launch(tmp_path, spec)
+            engines = {name: url for name, url in endpoints.items() if name != "proxy"}
+            load = Load(endpoints["proxy"], _model_name(spec), num_clients=spec.num_clients,
+                        max_tokens=spec.max_tokens)
+            sampler = KvSampler(engines).start()
+            load.start()
+            so_far, error = _SoFar(), None
+            try:
+                _phases(spec, run_dir, endpoints, load, sampler, so_far, note)
+            except (RuntimeError, OSError, httpx.HTTPError) as exc:  # a role that never came back, say
+                error = f"{type(exc).__name__}: {exc}"
+            return _finish(launcher, run_dir, tmp_path, load, sampler, so_far, error)
         finally:
-            if launcher.poll() is None:
-                os.killpg(launcher.pid, signal.SIGKILL)
-            _kill_groups(run_dir)
+            _stop_launcher(launcher)
+            for run_dir in (tmp_path / "runs").glob("*/"):  # launch's own, even where it never reported it
+                _kill_groups(run_dir)
+                if spec.keep_logs is not None:
+                    _keep_logs(tmp_path, run_dir, spec.keep_logs)
 
 
 def _launch(tmp: Path, spec: ChaosSpec) -> tuple[subprocess.Popen, Path, dict[str, str]]:
+    """launch --role all in its own session, as a user starts it; its run folder and endpoints once it reports them
+    (it is SIGKILLed, with its group, when it does not)."""
     env = {**os.environ, TIMELINE_FILE: str(tmp / "timeline.jsonl")}
     out, err = open(tmp / "launch.out", "w+"), open(tmp / "launch.err", "w+")
     launcher = subprocess.Popen([*LAUNCH, "--topology", str(tmp / "topology.yaml"), "--role", "all", "--json",
@@ -119,35 +146,38 @@ def _launch(tmp: Path, spec: ChaosSpec) -> tuple[subprocess.Popen, Path, dict[st
         if launcher.poll() is not None:
             raise RuntimeError(f"launch exited {launcher.returncode}: {(tmp / 'launch.err').read_text()[-2000:]}")
         time.sleep(1)
+    _stop_launcher(launcher)
     raise RuntimeError("launch did not report its endpoints in time")
 
 
-def _phases(spec: ChaosSpec, launcher: subprocess.Popen, run_dir: Path, endpoints: dict[str, str], tmp: Path,
-            note: Callable[[str], None]) -> ChaosResult:
+def _stop_launcher(launcher: subprocess.Popen | None) -> None:
+    if launcher is not None and launcher.poll() is None:
+        with _suppress():
+            os.killpg(launcher.pid, signal.SIGKILL)
+
+
+def _phases(spec: ChaosSpec, run_dir: Path, endpoints: dict[str, str], load: Load, sampler: KvSampler,
+            so_far: _SoFar, note: Callable[[str], None]) -> None:
     engines = {name: url for name, url in endpoints.items() if name != "proxy"}
-    load = Load(endpoints["proxy"], _model_name(spec), num_clients=spec.num_clients, max_tokens=spec.max_tokens)
-    sampler = KvSampler(engines).start()
-    load.start()
     _wait_first_ok(load, timeout_s=spec.start_timeout_s)  # the first P/D request also makes the NIXL handshake
-    kills: list[Kill] = []
-    kv_held: dict[str, dict[str, float | None]] = {}  # phase -> survivor -> s after its last kill
-    served_again: dict[str, int] = {}
-    down_seen: dict[str, object] = {}
-    seen_phases: list[list[Kill]] = []
-    for phase in spec.kills:
+    for number, phase in enumerate(spec.kills, start=1):
         _wait_all_up(endpoints, timeout_s=spec.start_timeout_s)
         time.sleep(spec.steady_s)
         note(f"killing {', '.join(r for _, r in phase)}")
-        phase_kills = _kill_phase(phase, len(seen_phases) + 1, run_dir, endpoints, down_seen)
-        seen_phases.append(phase_kills)
-        kills += phase_kills
+        phase_kills = _kill_phase(phase, number, run_dir, endpoints, so_far.down_seen)
+        so_far.kills += phase_kills
         label = _phase_label(phase_kills)
         time.sleep(max(0.0, spec.load_s - HEALTH_AFTER_S))
         load.pause()
         victims = {r for k in phase_kills for r in k.roles}
-        kv_held[label] = _wait_back(spec, phase_kills, victims, engines, run_dir, sampler)
+        so_far.kv_held[label] = _wait_back(spec, phase_kills, victims, engines, run_dir, sampler)
         load.resume()
-        served_again.update(_served_again(victims, engines, timeout_s=SERVED_AGAIN_S))
+        so_far.served_again.update(_served_again(victims, engines, timeout_s=SERVED_AGAIN_S))
+
+
+def _finish(launcher: subprocess.Popen, run_dir: Path, tmp: Path, load: Load, sampler: KvSampler, so_far: _SoFar,
+            error: str | None) -> ChaosResult:
+    """Stop the load and launch (SIGTERM, as an operator does), then count what the client saw."""
     sent = load.stop()
     samples = sampler.stop()
     launcher.send_signal(signal.SIGTERM)
@@ -162,10 +192,21 @@ def _phases(spec: ChaosSpec, launcher: subprocess.Popen, run_dir: Path, endpoint
     failures = [asdict(s) | {"events": [e for e in events if e.get("req") == s.rid and e.get("pid") is not None
                                         and e["event"] in ("retry", "fallback", "hop1_start", "hop2_start")]}
                 for s in sent if not s.is_ok and not s.is_refused]
-    return ChaosResult(rows=tally(sent, kills, events, restarts), kv_held=kv_held, served_again=served_again,
-                       left_running=left, launch_exit=code, kv_samples=samples, restarts=restarts,
-                       front_health=down_seen, failures=failures,
-                       kills=[{"t": k.t, "label": k.label} for k in kills])
+    return ChaosResult(rows=tally(sent, so_far.kills, events, restarts), kv_held=so_far.kv_held,
+                       served_again=so_far.served_again, left_running=left, launch_exit=code, kv_samples=samples,
+                       restarts=restarts, front_health=so_far.down_seen, failures=failures,
+                       kills=[{"t": k.t, "label": k.label} for k in so_far.kills], error=error)
+
+
+def _keep_logs(tmp: Path, run_dir: Path, to: Path, *, tail_bytes: int = 200_000) -> None:
+    """The last `tail_bytes` of each role's log (its /health lines left out), the restart events and launch's own
+    output, into `to`: the run folder goes with the temporary one."""
+    to.mkdir(parents=True, exist_ok=True)
+    for path in [*run_dir.glob("*.log"), run_dir / RESTART_LOG, tmp / "launch.out", tmp / "launch.err"]:
+        if path.is_file():
+            text = "".join(line for line in path.read_text(errors="replace").splitlines(keepends=True)
+                           if "GET /health" not in line)
+            (to / path.name).write_text(text[-tail_bytes:])
 
 
 def _phase_label(kills: list[Kill]) -> str:
