@@ -23,10 +23,12 @@
 #   bash benchmarks/h200.sh async-faults              # then faults, bench, stop: one call each, back to back (the
 #   bash benchmarks/h200.sh async-bench               # servers live across the calls)
 #   bash benchmarks/h200.sh async-stop
-#   bash benchmarks/h200.sh chaos [FLAGS]             # "Role deaths under load (chaos), CPU" (its H200 rows):
+#   bash benchmarks/h200.sh chaos [FLAGS]             # "Role deaths under load (chaos), H200":
 #                                                     # benchmarks/chaos.py, 60 layers, one prefill and two decodes
 #                                                     # on GPU 0, in the background: call again until "chaos done";
 #                                                     # FLAGS passed through (--kills ...)
+#   bash benchmarks/h200.sh dead-peer [FLAGS]         # "A dead engine's GPU memory, held by its NIXL peer (H200)":
+#                                                     # benchmarks/nixl_dead_peer.py (nixl alone, no vLLM)
 # FLAGS go to the stage's script (kernels: benchmarks/kernels_h200.py tune; tuned-serving:
 # benchmarks/served_tuned_profile.py); a later flag wins over the stage's own.
 # HYBRIDSERVE_DRY=1 prints what a stage would run and runs nothing (tests/test_benchmarks_md.py runs every stage
@@ -285,6 +287,12 @@ chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SI
   pack
 }
 
+dead_peer() {  # a READ initiator's hold on a SIGKILLed target's VRAM: cuda_ipc's cache on and off
+  setup nixl
+  run "$OUT/dead_peer.json" 300 python3 benchmarks/nixl_dead_peer.py "$@"
+  [ -n "$DRY" ] || cat "$OUT/dead_peer.json"
+}
+
 case "$stage" in
   copy-bundle) copy_bundle "$@" ;;
   prepare) prepare ;;
@@ -300,6 +308,7 @@ case "$stage" in
   async-bench) async_step bench ;;
   async-stop) async_step stop ;;
   chaos) chaos "$@" ;;
+  dead-peer) dead_peer "$@" ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
-       "fallback-warning, async-start, async-faults, async-bench, async-stop or chaos (got '${stage}')"; exit 2 ;;
+       "fallback-warning, async-start, async-faults, async-bench, async-stop, chaos or dead-peer (got '${stage}')"; exit 2 ;;
 esac

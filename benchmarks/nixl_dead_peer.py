@@ -1,0 +1,156 @@
+"""Whether a NIXL READ initiator keeps a dead target's GPU memory (UCX cuda_ipc), and what gives it back; feeds
+BENCHMARKS.md, "A dead engine's GPU memory, held by its NIXL peer (H200)".
+
+On a CUDA host: the chaos bench saw prefill's restart refused by vLLM (17.98 of 139.8 GiB free) after prefill's
+SIGKILL, its decode peer listed with prefill's memory as well as its own. This reproduces that without vLLM: a target
+registers one GPU buffer, an initiator READs it over cuda_ipc, the target is SIGKILLed, then the initiator removes
+the remote agent, then exits; the GPU's used memory after each step, per UCX setting (the cuda_ipc mapping cache on,
+UCX's default, and off), with the READ's time for each.
+
+    python3 benchmarks/nixl_dead_peer.py [--gib 8] [--setting default --setting cache_off] [--device cpu] > out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import time
+
+SETTINGS = {"default": {}, "cache_off": {"UCX_CUDA_IPC_CACHE": "n"}}
+BASE_ENV = {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y", "NIXL_LOG_LEVEL": "WARN"}  # launch's setting for same-host READ
+SETTLE_S = 3.0  # after each step, before the memory is read
+
+
+def _agent(name: str, env: dict):  # noqa: ANN202
+    os.environ.update(BASE_ENV, **env)
+    import nixl._api as api
+
+    return api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=True, backends=["UCX"]))
+
+
+def target(conn, env: dict, nbytes: int, device: str) -> None:  # noqa: ANN001
+    import torch
+
+    agent = _agent("target", env)
+    buf = torch.full((nbytes,), 7, dtype=torch.uint8, device=device)
+    agent.register_memory(buf)
+    conn.send((agent.get_agent_metadata(), buf.data_ptr(), os.getpid()))
+    agent.add_remote_agent(conn.recv())
+    while True:  # progress until killed
+        time.sleep(1)
+
+
+def initiator(conn, env: dict, nbytes: int, device: str) -> None:  # noqa: ANN001
+    import numpy as np
+    import torch
+
+    agent = _agent("initiator", env)
+    buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
+    kind = "VRAM" if device == "cuda" else "DRAM"
+    agent.register_memory(buf)
+    meta, remote_base = conn.recv()
+    conn.send(agent.get_agent_metadata())
+    name = agent.add_remote_agent(meta)
+    local = agent.get_xfer_descs(np.array([(buf.data_ptr(), nbytes, 0)], dtype=np.uint64), kind)
+    remote = agent.get_xfer_descs(np.array([(remote_base, nbytes, 0)], dtype=np.uint64), kind)
+    while True:
+        msg = conn.recv()
+        if msg == "read":
+            times, right = [], 0.0
+            for _ in range(5):
+                buf.zero_()
+                _sync(torch)
+                handle = agent.initialize_xfer("READ", local, remote, name, b"x")
+                t0 = time.perf_counter()
+                state = agent.transfer(handle)
+                while state == "PROC":
+                    state = agent.check_xfer_state(handle)
+                times.append(time.perf_counter() - t0)
+                agent.release_xfer_handle(handle)
+                _sync(torch)
+                right = float((buf == 7).float().mean().item()) if state == "DONE" else 0.0
+            conn.send({"read_ms": [round(1e3 * t, 3) for t in times], "fraction_right": right})
+        elif msg == "remove":
+            agent.remove_remote_agent(name)
+            conn.send("removed")
+        elif msg == "exit":
+            conn.send("bye")
+            return
+
+
+def _sync(torch) -> None:  # noqa: ANN001
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def gpu_used_mib() -> dict:
+    if subprocess.run(["which", "nvidia-smi"], capture_output=True).returncode != 0:
+        return {"gpu_used_mib": None, "per_pid_mib": {}}  # --device cpu: the logic only
+    total = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True).stdout.split()
+    apps = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+                          capture_output=True, text=True).stdout.strip().splitlines()
+    return {"gpu_used_mib": int(total[0]) if total else None,
+            "per_pid_mib": {a.split(",")[0].strip(): int(a.split(",")[1]) for a in apps if "," in a}}
+
+
+def run(setting: str, nbytes: int, device: str) -> dict:
+    ctx = mp.get_context("spawn")
+    t_conn, t_child = ctx.Pipe()
+    i_conn, i_child = ctx.Pipe()
+    env = SETTINGS[setting]
+    before = gpu_used_mib()
+    tproc = ctx.Process(target=target, args=(t_child, env, nbytes, device), daemon=True)
+    iproc = ctx.Process(target=initiator, args=(i_child, env, nbytes, device), daemon=True)
+    tproc.start()
+    iproc.start()
+    meta, base, tpid = t_conn.recv()
+    i_conn.send((meta, base))
+    t_conn.send(i_conn.recv())
+    steps = {"before": before}
+    i_conn.send("read")
+    steps["read"] = i_conn.recv()
+    time.sleep(SETTLE_S)
+    steps["both_alive"] = gpu_used_mib()
+    os.kill(tpid, signal.SIGKILL)
+    tproc.join(timeout=10)
+    time.sleep(SETTLE_S)
+    steps["target_killed"] = gpu_used_mib()
+    i_conn.send("remove")
+    steps["remove"] = i_conn.recv() if i_conn.poll(30) else "no answer in 30 s"
+    time.sleep(SETTLE_S)
+    steps["remote_agent_removed"] = gpu_used_mib()
+    i_conn.send("exit")
+    i_conn.poll(30)
+    iproc.join(timeout=30)
+    if iproc.is_alive():
+        iproc.kill()
+    time.sleep(SETTLE_S)
+    steps["initiator_exited"] = gpu_used_mib()
+    steps["initiator_pid"] = iproc.pid
+    return steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--gib", type=float, default=8.0)
+    parser.add_argument("--setting", action="append", choices=list(SETTINGS))
+    parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: DRAM, to check the steps")
+    args = parser.parse_args()
+    nbytes = int(args.gib * 2**30)
+    out = {"gib": args.gib, "env": BASE_ENV}
+    for setting in args.setting or list(SETTINGS):
+        try:
+            out[setting] = run(setting, nbytes, args.device)
+        except Exception as exc:  # noqa: BLE001 (one setting's failure must not lose the other's numbers)
+            out[setting] = {"error": f"{type(exc).__name__}: {exc}"}
+        print(json.dumps({setting: out[setting]}), flush=True, file=__import__("sys").stderr)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
