@@ -20,8 +20,9 @@ FAILED_START = """\
 on startup is less than desired GPU memory utilization (0.45, 62.91 GiB). Decrease GPU memory utilization or reduce GPU \
 memory used by other processes.
 (EngineCore pid=5358) Process EngineCore:
-(EngineCore pid=5358) ValueError: Free memory on device cuda:0 (17.98/139.8 GiB) on startup is less than desired GPU \
-memory utilization (0.45, 62.91 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.
+(EngineCore pid=5358) ValueError: Free memory on device cuda:0 (17.98/139.8 GiB) on startup is less than desired \
+GPU memory utilization (0.45, 62.91 GiB). Decrease GPU memory utilization or reduce GPU memory used by other \
+processes.
 (APIServer pid=5287) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
 [rank0]:[W1204 02:23:27.276542958 ProcessGroupNCCL.cpp:1575] Warning: WARNING: destroy_process_group() was not called
 """
@@ -52,7 +53,7 @@ def test_other_errors_are_named_as_they_are_and_a_log_without_one_says_nothing(t
 def test_launch_names_the_root_cause_of_a_start_that_failed(tmp_path):
     script = f"import sys; sys.stdout.write({FAILED_START!r}); sys.exit(1)"
     role = start_role(_command("prefill-0", script), tmp_path)
-    with pytest.raises(CouldNotRunError, match=r"prefill-0 exited with code 1 before it was healthy; .* vLLM: cuda:0 had "
-                                               r"17\.98 of 139\.8 GiB free") as caught:
+    with pytest.raises(CouldNotRunError, match=r"prefill-0 exited with code 1 before it was healthy; .* vLLM: "
+                                               r"cuda:0 had 17\.98 of 139\.8 GiB free") as caught:
         wait_healthy([role], timeout_s=30)
     assert "destroy_process_group" not in str(caught.value)
