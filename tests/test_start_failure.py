@@ -17,8 +17,8 @@ FAILED_START = """\
 (EngineCore pid=5358) ERROR 12-04 02:23:26 [core.py:1330] EngineCore failed to start.
 (EngineCore pid=5358) ERROR 12-04 02:23:26 [core.py:1330]   File "vllm/v1/worker/utils.py", line 435, in request_memory
 (EngineCore pid=5358) ERROR 12-04 02:23:26 [core.py:1330] ValueError: Free memory on device cuda:0 (17.98/139.8 GiB) \
-on startup is less than desired GPU memory utilization (0.45, 62.91 GiB). Decrease GPU memory utilization or reduce GPU \
-memory used by other processes.
+on startup is less than desired GPU memory utilization (0.45, 62.91 GiB). Decrease GPU memory utilization or reduce \
+GPU memory used by other processes.
 (EngineCore pid=5358) Process EngineCore:
 (EngineCore pid=5358) ValueError: Free memory on device cuda:0 (17.98/139.8 GiB) on startup is less than desired \
 GPU memory utilization (0.45, 62.91 GiB). Decrease GPU memory utilization or reduce GPU memory used by other \
