@@ -90,6 +90,18 @@ class Deployment:
         deadline = time.monotonic() + START_TIMEOUT_S + 60
         for role in ROLES:
             self.run_dirs[role] = self._wait_serving(role, deadline)
+        self._wait_proxy_sees_all(time.monotonic() + 60)
+
+    def _wait_proxy_sees_all(self, deadline: float) -> None:
+        """The proxy's host starts on its own, before the engines of the other hosts are up, and marks them down
+        until its probes find them (a CI run sent a completion in that window: prefill served it alone). A client
+        waits for the front door's /health to say "ok", as an operator's readiness check would."""
+        while time.monotonic() < deadline:
+            status, text = self.http("GET", f"{PROXY}/health")
+            if status == 200 and json.loads(text).get("status") == "ok":
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the proxy still sees a server down: {text}")
 
     def _wait_serving(self, role: str, deadline: float) -> Path:
         while time.monotonic() < deadline:

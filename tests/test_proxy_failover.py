@@ -189,6 +189,41 @@ def test_a_probe_marks_a_503_or_a_refusing_server_down_keeps_a_slow_one_and_a_20
     assert health.is_up(D1) and not health.is_up(D2)
 
 
+def test_a_server_that_stops_answering_is_seen_down_while_its_peers_probe_waits():
+    """Each server is probed on its own clock: a peer whose /health takes the whole probe timeout does not delay
+    seeing a killed server."""
+    import asyncio
+
+    from hybridserve.core.proxy import health_watch
+
+    refused_at: list[float] = []
+
+    async def backend(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "d2":  # busy: answers only after the probe timeout
+            await asyncio.sleep(health_watch.PROBE_TIMEOUT_S + 1)
+            return httpx.Response(200)
+        if refused_at:
+            raise httpx.ConnectError("refused")
+        return httpx.Response(200)
+
+    async def scenario(health: EndpointHealth) -> float:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(backend)) as client:
+            task = asyncio.create_task(health.probe_forever(client, 0.2))
+            await asyncio.sleep(0.5)
+            assert health.is_up(D1)
+            refused_at.append(asyncio.get_running_loop().time())  # d1 dies now
+            while health.is_up(D1):
+                await asyncio.sleep(0.02)
+            seen = asyncio.get_running_loop().time() - refused_at[0]
+            task.cancel()
+            return seen
+
+    health = EndpointHealth((D1, D2))
+    seen = asyncio.run(scenario(health))
+    assert seen < 1.0, seen  # one interval and a probe; a shared round would wait for d2's 2 s timeout first
+    assert health.is_up(D2)  # slow is not down
+
+
 def test_the_timeline_join_counts_retries_and_fallbacks_as_proxy_events():
     from hybridserve.core.launch.timeline import per_request
 

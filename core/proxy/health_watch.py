@@ -89,6 +89,12 @@ class EndpointHealth:
             self.mark_down(url, f"/health: HTTP {response.status_code}", is_probe=True)
 
     async def probe_forever(self, client: httpx.AsyncClient, interval_s: float) -> None:
+        """Each server on its own clock: a busy server's probe waits up to PROBE_TIMEOUT_S, and a round that waited
+        for it put off every other server's probe too (a CI run on the 2-core box saw a SIGKILLed decode still up
+        2 s after its death, its peer's probe waiting; a decode that had come up was still down to the proxy)."""
+        await asyncio.gather(*(self._probe_every(client, url, interval_s) for url in self.urls))
+
+    async def _probe_every(self, client: httpx.AsyncClient, url: str, interval_s: float) -> None:
         while True:
-            await self.probe(client)
+            await self._probe_one(client, url)
             await asyncio.sleep(interval_s)
