@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from _run_groups import kill_run_groups
+from test_launch_process import _read_json
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.guard import Guard
@@ -156,19 +157,6 @@ def test_a_silent_engine_is_busy_until_hung_checks_then_restarted(tmp_path):
         roles.guard.release()
 
 
-def _read_json(launcher: subprocess.Popen) -> dict:
-    lines = []
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        line = launcher.stdout.readline()
-        if not line:
-            pytest.fail(f"launch exited: {launcher.stderr.read()[-1000:]}")
-        lines.append(line)
-        if line.startswith("}"):
-            return json.loads("".join(lines))
-    pytest.fail("no endpoints from launch --role proxy")
-
-
 def _wait(predicate, seconds: float) -> bool:  # noqa: ANN001
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -185,7 +173,7 @@ def test_launch_restarts_a_killed_proxy_by_default_and_still_stops_everything_on
                                  str(tmp_path / "runs"), "--timeout", "60"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        run_dir = Path(_read_json(launcher)["run_dir"])
+        run_dir = Path(json.loads(_read_json(launcher))["run_dir"])
         first = int((run_dir / "proxy.pid").read_text())
         os.kill(first, signal.SIGKILL)
         assert _wait(lambda: any(e["event"] == "serving" for e in read_events(run_dir)), 60), read_events(run_dir)
