@@ -69,7 +69,7 @@ def test_every_number_of_the_readmes_figures_is_in_the_current_numbers_table():
     block, _ = _figures_block()
     table = "\n".join((ROOT / "BENCHMARKS.md").read_text().splitlines()[:40])
     numbers = _numbers(block.split("-->", 1)[1])
-    assert {"0.284", "1.28", "1,230", "1,419", "550"} <= numbers  # the check sees the headline figures
+    assert {"0.284", "1.28", "1,230", "1,419", "768"} <= numbers  # the check sees the headline figures
     assert sorted(n for n in numbers if n not in _numbers(table)) == []
     assert "BENCHMARKS.md#current-numbers" in block
 
