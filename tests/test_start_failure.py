@@ -57,3 +57,17 @@ def test_launch_names_the_root_cause_of_a_start_that_failed(tmp_path):
                                                r"cuda:0 had 17\.98 of 139\.8 GiB free") as caught:
         wait_healthy([role], timeout_s=30)
     assert "destroy_process_group" not in str(caught.value)
+
+
+def test_an_earlier_runs_error_in_the_same_log_is_not_this_starts(tmp_path):
+    """A restart appends to its role's log: the error of the run before it must not be named as this start's."""
+    log = tmp_path / "prefill-0.log"
+    log.write_text(FAILED_START)
+    start = log.stat().st_size
+    with open(log, "a") as out:
+        out.write("INFO starting again\nKilled\n")
+    assert start_failure(log).startswith("vLLM: cuda:0 had 17.98")  # the whole log
+    assert start_failure(log, start) is None  # this start's lines name no error
+    with open(log, "a") as out:
+        out.write("(EngineCore pid=7) ValueError: bad config\n")
+    assert start_failure(log, start) == "vLLM: ValueError: bad config"

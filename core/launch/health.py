@@ -56,8 +56,9 @@ def wait_healthy(roles: Sequence[RunningRole], *, timeout_s: float, poll_s: floa
     while pending:
         for name, role in list(pending.items()):
             if not role.is_running:
+                why = start_failure(role.log_path, role.log_start) or role.log_tail()
                 raise CouldNotRunError(f"{name} exited with code {role.popen.returncode} before it was healthy; "
-                                       f"log {role.log_path}: {start_failure(role.log_path) or role.log_tail()}")
+                                       f"log {role.log_path}: {why}")
             if is_healthy(role.command.url):
                 del pending[name]
                 if on_progress:

@@ -24,8 +24,9 @@ from hybridserve.core.launch.plan import RoleCommand
 class RunningRole:
     """A started role: its command, its process (group leader) and its log file."""
 
-    def __init__(self, command: RoleCommand, popen: subprocess.Popen, log_path: Path) -> None:
+    def __init__(self, command: RoleCommand, popen: subprocess.Popen, log_path: Path, log_start: int = 0) -> None:
         self.command, self.popen, self.log_path = command, popen, log_path
+        self.log_start = log_start  # where this start's lines begin: a restart appends to the same log
 
     @property
     def name(self) -> str:
@@ -56,13 +57,14 @@ def start_role(command: RoleCommand, run_dir: Path) -> RunningRole:
     log_path = run_dir / f"{command.name}.log"
     env = child_env(command, run_dir)
     with open(log_path, "ab") as log:
+        log_start = log.tell()
         try:
             popen = subprocess.Popen(wrapped(command.argv), env=env, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
         except OSError as exc:
             raise CouldNotRunError(f"{command.name}: cannot start {command.argv[0]} ({exc})") from None
     (run_dir / f"{command.name}.pid").write_text(f"{popen.pid}\n")  # = its process group id (own session)
-    return RunningRole(command, popen, log_path)
+    return RunningRole(command, popen, log_path, log_start)
 
 
 def child_env(command: RoleCommand, run_dir: Path) -> dict[str, str]:

@@ -129,7 +129,7 @@ class RoleWatch:
 
     def _starting(self, w: Watched, now: float) -> None:
         if not w.role.is_running:
-            why = start_failure(w.role.log_path)
+            why = start_failure(w.role.log_path, w.role.log_start)
             return self._fail(w, f"{w.role.exit_reason} before it was healthy{f'; {why}' if why else ''}", now)
         if health_status(w.role.command.url, timeout_s=2.0) == 200:
             w.phase, w.missed_checks, w.slow_checks = Phase.SERVING, 0, 0

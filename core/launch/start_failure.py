@@ -25,12 +25,13 @@ HELD_BY_PEER = ("other processes hold the rest; a NIXL peer that read a dead eng
                 "that memory until the peer itself exits")
 
 
-def root_error(log_path: Path) -> str | None:
-    """The last error line of the log that names a cause, without vLLM's prefixes; None when there is none."""
+def root_error(log_path: Path, start: int = 0) -> str | None:
+    """The last error line of the log from byte `start` on (a restart appends to its role's log: an earlier run's
+    error is not this start's) that names a cause, without vLLM's prefixes; None when there is none."""
     try:
         with open(log_path, "rb") as log:
             log.seek(0, 2)
-            log.seek(max(0, log.tell() - TAIL_BYTES))
+            log.seek(max(start, log.tell() - TAIL_BYTES))
             text = log.read().decode(errors="replace")
     except OSError:
         return None
@@ -51,7 +52,7 @@ def explain(error: str) -> str:
             f"({m.group('share')}, {m.group('want')} GiB): {HELD_BY_PEER}")
 
 
-def start_failure(log_path: Path) -> str | None:
+def start_failure(log_path: Path, start: int = 0) -> str | None:
     """One line: why the engine whose log this is stopped before it was healthy; None when its log does not say."""
-    error = root_error(log_path)
+    error = root_error(log_path, start)
     return None if error is None else f"vLLM: {explain(error)}"
