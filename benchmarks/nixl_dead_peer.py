@@ -16,8 +16,10 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 
 SETTINGS = {"default": {}, "cache_off": {"UCX_CUDA_IPC_CACHE": "n"}}
@@ -88,7 +90,7 @@ def _sync(torch) -> None:  # noqa: ANN001
 
 
 def gpu_used_mib() -> dict:
-    if subprocess.run(["which", "nvidia-smi"], capture_output=True).returncode != 0:
+    if shutil.which("nvidia-smi") is None:
         return {"gpu_used_mib": None, "per_pid_mib": {}}  # --device cpu: the logic only
     total = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
                            capture_output=True, text=True).stdout.split()
@@ -148,7 +150,7 @@ def main() -> None:
             out[setting] = run(setting, nbytes, args.device)
         except Exception as exc:  # noqa: BLE001 (one setting's failure must not lose the other's numbers)
             out[setting] = {"error": f"{type(exc).__name__}: {exc}"}
-        print(json.dumps({setting: out[setting]}), flush=True, file=__import__("sys").stderr)
+        print(json.dumps({setting: out[setting]}), flush=True, file=sys.stderr)
     print(json.dumps(out, indent=1))
 
 

@@ -201,7 +201,7 @@ def test_a_restart_that_fails_to_start_names_vllms_root_cause(tmp_path):
     from test_start_failure import FAILED_START
 
     marker, port = tmp_path / "ran", _free_port()
-    script = (f"import os, sys, runpy\nif os.path.exists({str(marker)!r}):\n    sys.stdout.write({FAILED_START!r}); "
+    script = (f"import os, sys\nif os.path.exists({str(marker)!r}):\n    sys.stdout.write({FAILED_START!r}); "
               f"sys.exit(1)\nopen({str(marker)!r}, 'w').close()\nsys.argv = ['s', '{port}', '200', '1.5']\n"
               f"exec(compile({SERVER!r}, 'server', 'exec'))\n")
     roles = StartedRoles(tmp_path, Guard())

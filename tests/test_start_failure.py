@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from hybridserve.core.common.errors import CouldNotRunError

@@ -117,7 +117,7 @@ def run_chaos(spec: ChaosSpec, *, on_phase: Callable[[str], None] | None = None)
             load.start()
             so_far, error = _SoFar(), None
             try:
-                _phases(spec, run_dir, endpoints, load, sampler, so_far, note)
+                _phases(spec, run_dir, endpoints, engines, load, sampler, so_far, note)
             except (RuntimeError, OSError, httpx.HTTPError) as exc:  # a role that never came back, say
                 error = f"{type(exc).__name__}: {exc}"
             return _finish(launcher, run_dir, tmp_path, load, sampler, so_far, error)
@@ -156,9 +156,8 @@ def _stop_launcher(launcher: subprocess.Popen | None) -> None:
             os.killpg(launcher.pid, signal.SIGKILL)
 
 
-def _phases(spec: ChaosSpec, run_dir: Path, endpoints: dict[str, str], load: Load, sampler: KvSampler,
-            so_far: _SoFar, note: Callable[[str], None]) -> None:
-    engines = {name: url for name, url in endpoints.items() if name != "proxy"}
+def _phases(spec: ChaosSpec, run_dir: Path, endpoints: dict[str, str], engines: dict[str, str], load: Load,
+            sampler: KvSampler, so_far: _SoFar, note: Callable[[str], None]) -> None:
     _wait_first_ok(load, timeout_s=spec.start_timeout_s)  # the first P/D request also makes the NIXL handshake
     for number, phase in enumerate(spec.kills, start=1):
         _wait_all_up(endpoints, timeout_s=spec.start_timeout_s)
