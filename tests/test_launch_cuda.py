@@ -48,6 +48,10 @@ def test_dry_run_puts_both_roles_on_gpu_0_with_shares_and_cuda_ipc(tmp_path):
     for c in engines:
         assert c["env"]["CUDA_VISIBLE_DEVICES"] == "0"
         assert c["env"]["UCX_CUDA_IPC_ENABLE_GET_ZCOPY"] == "y" and c["env"]["UCX_PROTO_INFO"] == "y"
+        # decode READs from prefill: without cuda_ipc's mapping cache it can give a dead prefill's memory back
+        is_decode = c["role"] == "decode"
+        assert c["env"].get("UCX_CUDA_IPC_CACHE") == ("n" if is_decode else None)
+        assert c["env"].get("HYBRIDSERVE_RELEASE_DEAD_PEERS") == ("1" if is_decode else None)
         assert "--enforce-eager" in c["argv"]
         assert json.loads(c["argv"][c["argv"].index("--kv-transfer-config") + 1])["kv_buffer_device"] == "cuda"
 

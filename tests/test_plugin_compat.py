@@ -65,6 +65,7 @@ TREE = {
             def __init__(self, config):
                 self.nixl_wrapper = object()
                 self._recving_transfers, self._recving_metadata = {}, {}
+                self._remote_agents, self._handshake_futures, self._handshake_lock = {}, {}, None
                 self.kv_cache_config: object = config
                 self.device_type = "cpu"
             def register_kv_caches(self, caches):
@@ -73,6 +74,8 @@ TREE = {
                 return set()
             def get_finished(self):
                 return set(), set()
+            def _cleanup_remote_engine(self, engine_id, *, log_eviction=True):
+                pass
     """,
     "vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_worker.py": """
         from .base_worker import NixlBaseConnectorWorker
@@ -92,8 +95,17 @@ TREE = {
     "vllm/distributed/kv_transfer/kv_connector/v1/nixl/metadata.py": """
         from dataclasses import dataclass
         @dataclass
+        class RemoteMeta:
+            host: str
+            port: int
+            engine_id: str
+        @dataclass
         class ReqMeta:
             local_block_ids: list
+            remote: RemoteMeta | None = None
+        class NixlConnectorMetadata:
+            def __init__(self):
+                self.reqs_to_recv = {}
     """,
 }
 
@@ -152,9 +164,9 @@ def test_the_armed_patches_follow_the_environment():
     names = {s.name for s in armed_specs({})}
     assert names == {"torchvision_shim", "async_scheduling.scheduler_log", "transfer_log", "cpu_conv_layout"}
     env = {"HYBRIDSERVE_FAULT_FILE": "/tmp/f", "HYBRIDSERVE_NIXL_POLL": "1", "HYBRIDSERVE_TIMELINE_FILE": "/tmp/t",
-           "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING": "1", "HYBRIDSERVE_CPU_CORES": "1"}
+           "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING": "1", "HYBRIDSERVE_CPU_CORES": "1", "HYBRIDSERVE_RELEASE_DEAD_PEERS": "1"}
     assert {s.name for s in armed_specs(env)} - names == {
-        "faults", "nixl_poll", "timeline", "async_scheduling.keep_async", "cpu_affinity"}
+        "faults", "nixl_poll", "timeline", "async_scheduling.keep_async", "cpu_affinity", "peer_release"}
 
 
 def test_preflight_refuses_a_fault_switch_on_a_vllm_without_its_names(tree):

@@ -25,6 +25,8 @@ GOOD, FALLBACK, DECODE = (DATA / n for n in ("ucx_h200_cuda_ipc.log", "ucx_h200_
 def test_cuda_ipc_env_enables_get_zcopy_and_the_report():
     assert ucx.cuda_ipc_env() == {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y", "UCX_PROTO_INFO": "y"}
     assert ucx.cuda_ipc_env(with_report=False) == {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y"}
+    assert ucx.cuda_ipc_env(with_report=False, is_reader=True) == {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y",
+                                                                   "UCX_CUDA_IPC_CACHE": "n"}
 
 
 def test_an_operators_own_setting_wins():

@@ -20,11 +20,19 @@ from dataclasses import dataclass
 
 GET_ZCOPY_ENV = "UCX_CUDA_IPC_ENABLE_GET_ZCOPY"
 PROTO_INFO_ENV = "UCX_PROTO_INFO"
+# cuda_ipc's cache of peers' mapped memory. On (UCX's default) a READ initiator keeps a SIGKILLed peer's GPU memory
+# mapped until the initiator itself exits, removed remote agent or not; off, removing the agent gives it back
+# (H200, benchmarks/nixl_dead_peer.py). A decode READs from prefill, so a decode with the cache on keeps a dead
+# prefill's whole KV cache and its restart finds the GPU full (BENCHMARKS.md, "Role deaths under load (chaos), H200").
+IPC_CACHE_ENV = "UCX_CUDA_IPC_CACHE"
 
 
-def cuda_ipc_env(*, with_report: bool = True) -> dict[str, str]:
-    """UCX variables for same-host GPU-to-GPU NIXL READs over cuda_ipc (and the report that shows it)."""
+def cuda_ipc_env(*, with_report: bool = True, is_reader: bool = False) -> dict[str, str]:
+    """UCX variables for same-host GPU-to-GPU NIXL READs over cuda_ipc (and the report that shows it). A reader
+    (decode) also runs without cuda_ipc's mapping cache, so that a dead peer's memory can be given back."""
     env = {GET_ZCOPY_ENV: "y"}
+    if is_reader:
+        env[IPC_CACHE_ENV] = "n"
     if with_report:
         env[PROTO_INFO_ENV] = "y"
     return env

@@ -140,10 +140,11 @@ def omp_threads_bind(cores: tuple[int, ...], tp: int) -> str:
     return "|".join(plugin_settings.format_cores(cores[r * size:(r + 1) * size]) for r in range(tp))
 
 
-def engine_env(topology: Topology, instance: EngineInstance,
-               more: tuple[tuple[str, str], ...] = ()) -> tuple[tuple[str, str], ...]:
+def engine_env(topology: Topology, instance: EngineInstance, more: tuple[tuple[str, str], ...] = (), *,
+               role: str | None = None) -> tuple[tuple[str, str], ...]:
     """Only the variables launch sets; the child inherits the rest of the caller's environment.
-    `more` (placement: UCX) comes before the instance's own env, which is applied last."""
+    `more` (placement: UCX) comes before the instance's own env, which is applied last. A decode engine gives back
+    a dead prefill's NIXL state (core/vllm_plugin/peer_release.py)."""
     engine = topology.engine
     env = {
         CONV_LAYOUT_ENV: REQUIRED_CONV_LAYOUT,
@@ -166,6 +167,8 @@ def engine_env(topology: Topology, instance: EngineInstance,
                 env[plugin_settings.CPU_CORES] = cores
     elif instance.devices is not None:  # GPU ids, listed (CUDA_VISIBLE_DEVICES takes no ranges)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in instance.devices)
+    if role == "decode":
+        env[plugin_settings.RELEASE_DEAD_PEERS] = "1"
     env.update(listener_env(instance.host))  # UCX, gloo and vLLM listen on the instance's address only
     env.update(dict(more))
     env.update(dict(instance.env))

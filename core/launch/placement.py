@@ -2,8 +2,9 @@
 
 Pure: the GPU count and the vLLM version come in from the caller (request.py reads them from the machine).
 On CUDA every engine gets `--gpu-memory-utilization` (its share, gpus.memory_shares) and the UCX variables that
-keep same-host VRAM reads on cuda_ipc (core/common/ucx.py). On vLLM 0.26 a text-only Qwen3.5 is served from its
-wrapped form (model_form.py) with `--language-model-only`.
+keep same-host VRAM reads on cuda_ipc (core/common/ucx.py); a decode engine, which READs from prefill, also runs
+without cuda_ipc's mapping cache, so that a dead prefill's memory is not kept for the life of its decodes. On vLLM
+0.26 a text-only Qwen3.5 is served from its wrapped form (model_form.py) with `--language-model-only`.
 """
 
 from __future__ import annotations
@@ -51,10 +52,10 @@ def placements(topology: Topology, engines: list[tuple[str, str, EngineInstance]
     where = [(name, engine_gpus(inst)) for name, _, inst in engines]
     fixed = {name: inst.gpu_memory_utilization for name, _, inst in engines if inst.gpu_memory_utilization}
     shares = memory_shares(where, total=topology.engine.gpu_memory_utilization, fixed=fixed)
-    env = tuple(sorted(ucx.cuda_ipc_env().items()))
+    kinds = {name: kind for name, kind, _ in engines}
     return {name: EnginePlacement(topology=served, gpus=gpus, gpu_memory_utilization=shares[name],
                                   extra_flags=model_flags + (_memory_flag(shares[name]),),
-                                  extra_env=env)
+                                  extra_env=tuple(sorted(ucx.cuda_ipc_env(is_reader=kinds[name] == "decode").items())))
             for name, gpus in where}
 
 

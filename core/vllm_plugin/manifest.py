@@ -100,6 +100,14 @@ NIXL_POLL = PatchSpec(
 NIXL_PROGRESS = PatchSpec(
     name="nixl_progress", purpose="a sleep in NIXL's progress thread (CPU plugin fix)", lines=LINES,
     names=tuple(Names(module=api, attrs=("nixlBind", "nixl_agent")) for api in NIXL_APIS))
+PEER_RELEASE = PatchSpec(
+    name="peer_release", purpose="decode gives back a dead prefill's NIXL state (HYBRIDSERVE_RELEASE_DEAD_PEERS=1)",
+    lines=LINES,
+    names=(_worker("start_load_kv", "_remote_agents", "_recving_metadata", "_handshake_lock", "_handshake_futures",
+                   "_cleanup_remote_engine"),
+           Names(module=PULL_WORKER, attrs=(RESULTS,)),
+           Names(module=NIXL_METADATA, attrs=("NixlConnectorMetadata.reqs_to_recv", "ReqMeta.remote",
+                                              "RemoteMeta.engine_id", "RemoteMeta.host", "RemoteMeta.port"))))
 CPU_AFFINITY = PatchSpec(
     name="cpu_affinity", purpose="compute threads kept on launch's cores (CPU plugin fix)", lines=LINES,
     names=(Names(module=BASE_WORKER, attrs=("os",)),))
@@ -117,5 +125,5 @@ UNLOADABLE_EXTENSIONS = PatchSpec(
     name="unloadable_extensions", purpose="torchaudio/torchcodec builds that cannot load count as absent",
     lines=None, is_always_on=True, names=())
 
-ALL = (TORCHVISION_SHIM, UNLOADABLE_EXTENSIONS, TRANSFER_LOG, SCHEDULER_LOG, CPU_CONV_LAYOUT, KEEP_ASYNC, FAULTS, TIMELINE, NIXL_POLL, NIXL_PROGRESS,
-       CPU_AFFINITY, GDN_DISPATCH)
+ALL = (TORCHVISION_SHIM, UNLOADABLE_EXTENSIONS, TRANSFER_LOG, SCHEDULER_LOG, CPU_CONV_LAYOUT, KEEP_ASYNC, FAULTS,
+       TIMELINE, NIXL_POLL, PEER_RELEASE, NIXL_PROGRESS, CPU_AFFINITY, GDN_DISPATCH)

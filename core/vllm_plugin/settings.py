@@ -15,6 +15,7 @@ CPU_CORES = "HYBRIDSERVE_CPU_CORES"
 KEEP_ASYNC_SCHEDULING = "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING"
 GDN_DISPATCH_PROFILE = "HYBRIDSERVE_GDN_DISPATCH_PROFILE"  # a tuned profile: route each GDN prefill batch by it
 GDN_DISPATCH_LOG_CALLS = "HYBRIDSERVE_GDN_DISPATCH_LOG_CALLS"  # "1": also one log line per routed call (tests)
+RELEASE_DEAD_PEERS = "HYBRIDSERVE_RELEASE_DEAD_PEERS"  # "1" on decode: a dead prefill's NIXL state is given back
 DISABLE = "HYBRIDSERVE_PLUGIN_DISABLE"  # "1": the plugin does nothing at all (for A/B measurements)
 
 
@@ -26,6 +27,7 @@ class PluginSettings:
     keep_async_scheduling: bool = False
     gdn_dispatch_profile: str | None = None  # None: vLLM's own GDN prefill call, untouched
     is_gdn_dispatch_log_calls: bool = False
+    is_release_dead_peers: bool = False  # peer_release.py
 
 
 def parse_cores(text: str) -> tuple[int, ...]:
@@ -60,4 +62,5 @@ def from_env(env: dict[str, str] | None = None) -> PluginSettings:
         keep_async_scheduling=env.get(KEEP_ASYNC_SCHEDULING) == "1",
         gdn_dispatch_profile=env.get(GDN_DISPATCH_PROFILE, "").strip() or None,
         is_gdn_dispatch_log_calls=env.get(GDN_DISPATCH_LOG_CALLS) == "1",
+        is_release_dead_peers=env.get(RELEASE_DEAD_PEERS) == "1",
     )

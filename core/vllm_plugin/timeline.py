@@ -18,6 +18,7 @@ that event stays off, serving is never touched):
 - proxy (core/proxy/app.py): `hop1_start`, `hop1_end`, `hop2_start`, `hop2_first_byte`, keyed by X-Request-Id;
   core/proxy/failover.py: `retry` (role, failed and next server, whether prefill's blocks were kept) and `fallback`
   (the role that served the request alone), each time it happens.
+- `peer_released` (peer_release.py, not per request: `req` empty): a decode gave back a dead engine's NIXL state.
 """
 
 from __future__ import annotations
