@@ -50,6 +50,9 @@ def render(console: Console, router: str, result: ChaosResult) -> None:
         console.print(f"the run stopped before its last phase: {result.error}", markup=False, highlight=False,
                       soft_wrap=True)
     console.print(f"requests completed by each restarted engine after its restart: {result.served_again}")
+    for kill, seconds in result.peer_released.items():
+        console.print(f"decodes that gave back a dead engine's NIXL state after killing {kill}: {len(seconds)}, "
+                      f"s after the kill: {seconds}", markup=False, highlight=False, soft_wrap=True)
     for kill, health in result.front_health.items():
         console.print(f"front end's /health 2 s after killing {kill}: {health}", markup=False, highlight=False,
                       soft_wrap=True)
@@ -63,7 +66,7 @@ def as_dict(router: str, result: ChaosResult) -> dict:
     return {"router": router, "rows": [asdict(r) | {"is_met": r.is_met} for r in result.rows],
             "kv_held_s": result.kv_held, "served_again": result.served_again, "left_running": result.left_running,
             "launch_exit": result.launch_exit, "restarts": result.restarts, "front_health": result.front_health,
-            "failures": result.failures, "kills": result.kills,
+            "failures": result.failures, "kills": result.kills, "peer_released_s": result.peer_released,
             "kv_samples": [list(s) for s in result.kv_samples], "error": result.error}
 
 

@@ -29,6 +29,8 @@
 #                                                     # FLAGS passed through (--kills ...)
 #   bash benchmarks/h200.sh dead-peer [FLAGS]         # "A dead engine's GPU memory, held by its NIXL peer (H200)":
 #                                                     # benchmarks/nixl_dead_peer.py (nixl alone, no vLLM)
+#   bash benchmarks/h200.sh ipc-cache-cost [FLAGS]    # the same section: a READ's time by descriptor count, cuda_ipc
+#                                                     # cache on and off (benchmarks/nixl_ipc_cache_cost.py)
 # FLAGS go to the stage's script (kernels: benchmarks/kernels_h200.py tune; tuned-serving:
 # benchmarks/served_tuned_profile.py); a later flag wins over the stage's own.
 # HYBRIDSERVE_DRY=1 prints what a stage would run and runs nothing (tests/test_benchmarks_md.py runs every stage
@@ -270,6 +272,12 @@ chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SI
   local state=/tmp/hs-chaos
   if [ -n "$DRY" ] || [ ! -f $state/pid ]; then
     [ -n "$DRY" ] || { rm -rf $state; mkdir -p $state; }
+    # the GPU's memory every 2 s, whole and per process, for the run (a dead prefill's memory given back, or not)
+    start $state/gpu_used.csv setsid nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -l 2
+    [ -n "$DRY" ] || echo $started > $state/smi.pid
+    start $state/gpu_apps.csv setsid nvidia-smi --query-compute-apps=timestamp,pid,used_memory \
+      --format=csv,noheader,nounits -l 2
+    [ -n "$DRY" ] || echo $started >> $state/smi.pid
     start $state/chaos.out setsid -w python3 benchmarks/chaos.py --device cuda --model $M60 \
       --engine '{"max_model_len": 34816, "enforce_eager": true, "gdn_prefill_backend": "triton"}' \
       --kills decode-0,decode-1@8 prefill-0 proxy --start-timeout 300 --out $state/chaos.json --keep-logs $state/logs "$@"
@@ -282,9 +290,16 @@ chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SI
     say "chaos still running: call the stage again"; tail -c 1500 $state/chaos.out; return 0
   fi
   say "chaos done"
+  [ -f $state/smi.pid ] && kill $(cat $state/smi.pid) 2> /dev/null
   cp -r $state/. "$OUT"/
   tail -40 $state/chaos.out
   pack
+}
+
+ipc_cache_cost() {  # a READ's time by descriptor count with cuda_ipc's mapping cache on (UCX's default) and off
+  setup nixl
+  run "$OUT/ipc_cache_cost.json" "$(left 10)" python3 benchmarks/nixl_ipc_cache_cost.py --descriptors 1 280 4096 16384 "$@"
+  [ -n "$DRY" ] || cat "$OUT/ipc_cache_cost.json"
 }
 
 dead_peer() {  # a READ initiator's hold on a SIGKILLed target's VRAM: cuda_ipc's cache on and off
@@ -309,6 +324,8 @@ case "$stage" in
   async-stop) async_step stop ;;
   chaos) chaos "$@" ;;
   dead-peer) dead_peer "$@" ;;
+  ipc-cache-cost) ipc_cache_cost "$@" ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
-       "fallback-warning, async-start, async-faults, async-bench, async-stop, chaos or dead-peer (got '${stage}')"; exit 2 ;;
+       "fallback-warning, async-start, async-faults, async-bench, async-stop, chaos, dead-peer or ipc-cache-cost" \
+       "(got '${stage}')"; exit 2 ;;
 esac

@@ -159,6 +159,8 @@ def test_each_stage_runs_scripts_and_cli_options_that_exist(stage, tmp_path) -> 
             argv = argv[1:]
         if argv[0] == "hybridserve":
             _parse_cli(argv[1:])
+        elif argv[0] == "nvidia-smi":  # a sampler of the GPU's memory beside a run
+            assert "--format=csv,noheader,nounits" in argv, line
         elif argv[:3] == ["python3", "-m", "hybridserve.core.proxy"]:  # the proxy alone (a second one, say)
             from hybridserve.core.proxy.__main__ import parse_args
 

@@ -62,6 +62,15 @@ def test_prefill_holds_nothing_for_a_dead_decode_past_the_lease(chaos):
     assert held is not None and held <= 30 + 5, chaos.kv_held  # from decode-1's kill: the lease, 30 s
 
 
+def test_each_decode_gives_back_the_dead_prefills_nixl_state_within_seconds(chaos):
+    """Both decodes read from prefill-0 before its kill; each releases the dead engine's agents (peer_release.py) once
+    its side channel refuses twice, probed every second: on CUDA that is what frees the memory the restart needs."""
+    seconds = chaos.peer_released["2 prefill-0"]
+    assert len(seconds) == 2 and all(0 < s <= 10 for s in seconds), chaos.peer_released
+    others = {kill: s for kill, s in chaos.peer_released.items() if kill != "2 prefill-0"}
+    assert others and not any(others.values()), chaos.peer_released  # a decode's or the proxy's death: none
+
+
 def test_nothing_is_left_running_after_launch_stops(chaos):
     assert chaos.launch_exit == 143 and chaos.left_running == []
 

@@ -4,7 +4,7 @@ recovery is, when a KV curve is back at idle. No server."""
 from __future__ import annotations
 
 from hybridserve.core.chaos.run import parse_phase, topology_yaml, ChaosSpec
-from hybridserve.core.chaos.tally import Kill, held_seconds, tally
+from hybridserve.core.chaos.tally import Kill, held_seconds, released_seconds, tally
 from hybridserve.core.chaos.load import Sent
 
 
@@ -49,6 +49,18 @@ def test_kv_usage_held_until_it_is_back_at_idle_and_stays():
                (21.0, "prefill-0", 0.01), (35.0, "prefill-0", 0.0), (36.0, "prefill-0", 0.0), (36.5, "decode-0", 0.3)]
     assert held_seconds(samples, "prefill-0", since=10.0) == 25.0
     assert held_seconds(samples[:4], "prefill-0", since=10.0) is None
+
+
+def test_releases_count_after_a_prefill_kill_until_the_next_kill():
+    kills = [Kill(t=10.0, roles=("decode-0",), alive_decodes=("decode-1",)),
+             Kill(t=50.0, roles=("prefill-0",), alive_decodes=("decode-0", "decode-1"), phase=2),
+             Kill(t=90.0, roles=("proxy",), alive_decodes=("decode-0", "decode-1"), phase=3)]
+    events = [{"t": 12.0, "event": "peer_released"}, {"t": 52.1, "event": "peer_released"},
+              {"t": 53.0, "event": "retry"}, {"t": 52.6, "event": "peer_released"},
+              {"t": 95.0, "event": "peer_released"}]
+    assert released_seconds(kills, events, "peer_released") == {"1 decode-0": [2.0], "2 prefill-0": [2.1, 2.6],
+                                                                "3 proxy": [5.0]}
+    assert released_seconds([], events, "peer_released") == {}
 
 
 def test_a_phase_and_the_topology_name_every_instance():

@@ -21,11 +21,12 @@ from pathlib import Path
 import httpx
 
 from hybridserve.core.chaos.load import KvSampler, Load
-from hybridserve.core.chaos.tally import Kill, KillRow, held_seconds, tally
+from hybridserve.core.chaos.tally import Kill, KillRow, held_seconds, released_seconds, tally
 from hybridserve.core.launch.guard import wait_groups_gone
 from hybridserve.core.launch.health import health_status
 from hybridserve.core.launch.role_watch import RESTART_LOG, read_events
 from hybridserve.core.launch.timeline import read_events as read_timeline
+from hybridserve.core.vllm_plugin.peer_release import RELEASED_EVENT
 from hybridserve.core.vllm_plugin.timeline import TIMELINE_FILE
 
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
@@ -64,6 +65,8 @@ class ChaosResult:
     front_health: dict[str, object]  # kill (row label) -> the front end's /health HEALTH_AFTER_S after it
     failures: list[dict]  # every failed request as the client saw it, with its proxy events
     kills: list[dict]  # when each kill was (time.time()) and its row label
+    # prefill kill (row label) -> seconds from it to each decode's release of the dead engine's NIXL state
+    peer_released: dict[str, list[float]] = field(default_factory=dict)
     error: str | None = None  # why the run stopped before its last phase: the rows hold what was measured until then
 
 
@@ -194,7 +197,8 @@ def _finish(launcher: subprocess.Popen, run_dir: Path, tmp: Path, load: Load, sa
     return ChaosResult(rows=tally(sent, so_far.kills, events, restarts), kv_held=so_far.kv_held,
                        served_again=so_far.served_again, left_running=left, launch_exit=code, kv_samples=samples,
                        restarts=restarts, front_health=so_far.down_seen, failures=failures,
-                       kills=[{"t": k.t, "label": k.label} for k in so_far.kills], error=error)
+                       kills=[{"t": k.t, "label": k.label} for k in so_far.kills],
+                       peer_released=released_seconds(so_far.kills, events, RELEASED_EVENT), error=error)
 
 
 def _keep_logs(tmp: Path, run_dir: Path, to: Path, *, tail_bytes: int = 200_000) -> None:

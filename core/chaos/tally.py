@@ -126,3 +126,14 @@ def held_seconds(samples: Sequence[tuple[float, str, float | None]], name: str, 
         else:
             back = None
     return round(back - since, 2) if back is not None else None
+
+
+def released_seconds(kills: Sequence[Kill], timeline: Sequence[dict], event: str) -> dict[str, list[float]]:
+    """Per kill: the seconds from it to each `event` (a decode gave back a dead engine's NIXL state,
+    core/vllm_plugin/peer_release.py) before the next kill. Only a prefill's death should have any."""
+    out: dict[str, list[float]] = {}
+    for i, kill in enumerate(kills):
+        until = kills[i + 1].t if i + 1 < len(kills) else float("inf")
+        out[kill.label] = sorted(round(e["t"] - kill.t, 2) for e in timeline
+                                 if e.get("event") == event and kill.t <= e["t"] < until)
+    return out
