@@ -97,3 +97,39 @@ def test_a_run_that_stops_in_a_phase_reports_why_and_keeps_the_logs(tmp_path, mo
     kept = {p.name: p.read_text() for p in (tmp_path / "logs").iterdir()}
     assert set(kept) == {"prefill-0.log", "restarts.jsonl", "launch.err"}
     assert kept["prefill-0.log"] == "ValueError: Free memory on device cuda:0\n"  # the /health lines left out
+
+
+def test_a_failed_request_keeps_what_the_client_was_told_and_the_proxy_lines_naming_it(tmp_path):
+    import json
+
+    import httpx
+
+    from hybridserve.core.chaos.load import Load
+    from hybridserve.core.chaos.run import _lines_naming
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        if not body["stream"]:
+            told = {"message": "decode http://d:1 failed: ReadError", "role": "decode"}
+            return httpx.Response(502, json={"error": told})
+        if body["prompt"].startswith("cut"):
+            return httpx.Response(200, text='data: {"choices": [{"text": "a"}]}\n\n')
+        return httpx.Response(200, text='data: {"choices": [{"text": "a"}]}\n\n'
+                                        'data: {"error": {"message": "prefill failed: 500", "role": "prefill"}}\n\n')
+
+    load = Load("http://front", "m")
+    with httpx.Client(transport=httpx.MockTransport(answer)) as client:
+        plain = load._one(client, is_stream=False, salt="p")
+        stream = load._one(client, is_stream=True, salt="s")
+        cut = load._one(client, is_stream=True, salt="cut")
+    assert (plain.is_ok, plain.error_role, plain.error) == (False, "decode", "decode http://d:1 failed: ReadError")
+    assert (stream.is_ok, stream.error_role, stream.error) == (False, "prefill", "prefill failed: 500")
+    assert stream.first_byte is not None
+    assert (cut.is_ok, cut.error_role, cut.error) == (False, "proxy", "the stream ended without [DONE]")
+
+    log = tmp_path / "proxy.log"
+    log.write_text("hybridserve proxy: request r1: decode u failed: X\nother line\n"
+                   "hybridserve proxy: request r1 served by prefill u alone\nrequest r2: prefill u failed: Y\n")
+    assert _lines_naming({"r1", "r3"}, log) == {"r1": ["hybridserve proxy: request r1: decode u failed: X",
+                                                      "hybridserve proxy: request r1 served by prefill u alone"]}
+    assert _lines_naming({"r1"}, tmp_path / "absent.log") == {}

@@ -17,6 +17,7 @@ import httpx
 from hybridserve.core.common import keepalive
 
 FAILED_PAUSE_S = 0.2  # a client's pause after a failed request
+ERROR_CHARS = 300  # of what a failed request was told, kept
 _KV_USAGE = re.compile(r"^vllm:kv_cache_usage_perc(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
 
 
@@ -33,6 +34,7 @@ class Sent:
     is_ok: bool  # 200 with a whole answer ([DONE] and no error event for a stream)
     error_role: str | None  # the role an error names; "proxy" when the front door itself failed
     is_refused: bool  # the connection to the front door was refused (nothing sent)
+    error: str | None = None  # what the client was told (an error's message, or the transport's exception), cut
 
 
 class Load:
@@ -83,28 +85,37 @@ class Load:
         rid = uuid.uuid4().hex
         body = {"model": self.model, "prompt": f"{salt} " + "hello world " * (self.prompt_words // 2),
                 "max_tokens": self.max_tokens, "temperature": 0.0, "ignore_eos": True, "stream": is_stream}
-        start, first, status, ok, role, refused = time.time(), None, None, False, None, False
+        start, first, status, ok, role, refused, error = time.time(), None, None, False, None, False, None
         try:
             with client.stream("POST", f"{self.url}/v1/completions", json=body,
                                headers={"X-Request-Id": rid}) as response:
                 status = response.status_code
                 if is_stream and status == 200:
-                    first, ok, role = _read_stream(response)
+                    first, ok, role, error = _read_stream(response)
                 else:
                     answer = json.loads(response.read() or b"{}")
                     ok = status == 200 and bool(answer.get("choices"))
-                    role = None if ok else ((answer.get("error") or {}).get("role") or "unknown")
-        except httpx.ConnectError:
-            role, refused = "proxy", True
-        except (httpx.HTTPError, ValueError):
-            role = "proxy"
+                    if not ok:
+                        role = (answer.get("error") or {}).get("role") or "unknown"
+                        error = _told(answer)
+        except httpx.ConnectError as err:
+            role, refused, error = "proxy", True, f"{type(err).__name__}: {err}"[:ERROR_CHARS]
+        except (httpx.HTTPError, ValueError) as err:
+            role, error = "proxy", f"{type(err).__name__}: {err}"[:ERROR_CHARS]
         return Sent(rid=rid, start=start, end=time.time(), first_byte=first, status=status, is_stream=is_stream,
-                    is_ok=ok, error_role=role, is_refused=refused)
+                    is_ok=ok, error_role=role, is_refused=refused, error=error)
 
 
-def _read_stream(response: httpx.Response) -> tuple[float | None, bool, str | None]:
-    """(time of the first event, whole and clean, the role an error event names)."""
-    first, done, role = None, False, None
+def _told(answer: dict) -> str:
+    """An error answer's message (the proxy's and vLLM's: {"error": {"message": ...}}), else the answer itself."""
+    error = answer.get("error")
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message or answer)[:ERROR_CHARS]
+
+
+def _read_stream(response: httpx.Response) -> tuple[float | None, bool, str | None, str | None]:
+    """(time of the first event, whole and clean, the role an error event names, its message)."""
+    first, done, role, error = None, False, None, None
     for line in response.iter_lines():
         if not line.startswith("data: "):
             continue
@@ -112,10 +123,11 @@ def _read_stream(response: httpx.Response) -> tuple[float | None, bool, str | No
         if line == "data: [DONE]":
             done = True
         elif line.startswith('data: {"error"'):
-            role = (json.loads(line[6:]).get("error") or {}).get("role") or "unknown"
+            answer = json.loads(line[6:])
+            role, error = (answer.get("error") or {}).get("role") or "unknown", _told(answer)
     if role is None and not done:
-        role = "proxy"
-    return first, done and role is None, role
+        role, error = "proxy", "the stream ended without [DONE]"
+    return first, done and role is None, role, error
 
 
 class KvSampler:

@@ -191,14 +191,29 @@ def _finish(launcher: subprocess.Popen, run_dir: Path, tmp: Path, load: Load, sa
     restarts = read_events(run_dir)
     timeline_path = tmp / "timeline.jsonl"
     events = read_timeline(timeline_path) if timeline_path.is_file() else []
+    failed = [s for s in sent if not s.is_ok and not s.is_refused]
+    proxy_lines = _lines_naming({s.rid for s in failed}, run_dir / "proxy.log")
     failures = [asdict(s) | {"events": [e for e in events if e.get("req") == s.rid and e.get("pid") is not None
-                                        and e["event"] in ("retry", "fallback", "hop1_start", "hop2_start")]}
-                for s in sent if not s.is_ok and not s.is_refused]
+                                        and e["event"] in ("retry", "fallback", "hop1_start", "hop2_start")],
+                             "proxy_log": proxy_lines.get(s.rid, [])}
+                for s in failed]
     return ChaosResult(rows=tally(sent, so_far.kills, events, restarts), kv_held=so_far.kv_held,
                        served_again=so_far.served_again, left_running=left, launch_exit=code, kv_samples=samples,
                        restarts=restarts, front_health=so_far.down_seen, failures=failures,
                        kills=[{"t": k.t, "label": k.label} for k in so_far.kills],
                        peer_released=released_seconds(so_far.kills, events, RELEASED_EVENT), error=error)
+
+
+def _lines_naming(rids: set[str], log: Path, *, most: int = 10) -> dict[str, list[str]]:
+    """The proxy log's lines about each failed request (its failures, retries and fallbacks name the request id)."""
+    found: dict[str, list[str]] = {}
+    if not rids or not log.is_file():
+        return found
+    for line in log.read_text(errors="replace").splitlines():
+        for rid in rids:
+            if rid in line and len(found.setdefault(rid, [])) < most:
+                found[rid].append(line.strip()[:500])
+    return found
 
 
 def _keep_logs(tmp: Path, run_dir: Path, to: Path, *, tail_bytes: int = 200_000) -> None:
