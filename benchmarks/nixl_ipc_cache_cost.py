@@ -4,8 +4,8 @@ of descriptors; feeds BENCHMARKS.md, "A dead engine's GPU memory, held by its NI
 Off, a decode gives a dead prefill's memory back once it removes the remote agent (benchmarks/nixl_dead_peer.py). The
 question is what it costs a live READ: with the cache off UCX may open the peer's IPC handle for each transfer (or
 each descriptor) instead of once. vLLM's decode posts a few hundred descriptors a request (the served 60-layer
-model: 195-309, plan's count); this READs 1 GiB (`--read-mib`) of a target's 4 GiB buffer as N equal pieces, every other piece
-(so NIXL cannot merge them), prepared once as vLLM prepares them (`prep_xfer_dlist`, `make_prepped_xfer`), and
+model: 195-309, plan's count); this READs 1 GiB (`--read-mib`) of a target's 4 GiB buffer as N equal pieces, every
+other piece (so NIXL cannot merge them), prepared once as vLLM prepares them (`prep_xfer_dlist`, `make_prepped_xfer`), and
 times each READ from `transfer` to DONE (median of `--repeats`, after 2 warm-ups), per setting, in fresh processes.
 
     python3 benchmarks/nixl_ipc_cache_cost.py [--descriptors 1 280 4096] [--repeats 20] [--read-mib 1024]

@@ -164,7 +164,8 @@ def test_the_armed_patches_follow_the_environment():
     names = {s.name for s in armed_specs({})}
     assert names == {"torchvision_shim", "async_scheduling.scheduler_log", "transfer_log", "cpu_conv_layout"}
     env = {"HYBRIDSERVE_FAULT_FILE": "/tmp/f", "HYBRIDSERVE_NIXL_POLL": "1", "HYBRIDSERVE_TIMELINE_FILE": "/tmp/t",
-           "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING": "1", "HYBRIDSERVE_CPU_CORES": "1", "HYBRIDSERVE_RELEASE_DEAD_PEERS": "1"}
+           "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING": "1", "HYBRIDSERVE_CPU_CORES": "1",
+           "HYBRIDSERVE_RELEASE_DEAD_PEERS": "1"}
     assert {s.name for s in armed_specs(env)} - names == {
         "faults", "nixl_poll", "timeline", "async_scheduling.keep_async", "cpu_affinity", "peer_release"}
 

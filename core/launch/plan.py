@@ -122,7 +122,8 @@ def _engine_key(topology: Topology, role: Role) -> Path | None:
 def _engine_command(python: str, name: str, kind: str, topology: Topology, inst: EngineInstance,
                     cache: InstanceCache, place: EnginePlacement, key: Path | None) -> RoleCommand:
     argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_flags + guard_flags(key))
-    return RoleCommand(name=name, role=Role(kind), argv=argv, env=engine_env(topology, inst, place.extra_env, role=kind),
+    env = engine_env(topology, inst, place.extra_env, role=kind)
+    return RoleCommand(name=name, role=Role(kind), argv=argv, env=env,
                        secret_env=((keys.ENGINE_KEY_ENV, key),) if key is not None else (),
                        host=inst.host, port=inst.port, side_channel_port=inst.side_channel_port, cache=cache,
                        gpus=place.gpus, gpu_memory_utilization=place.gpu_memory_utilization,
