@@ -118,7 +118,6 @@ class Releaser:
         self.worker, self.probe_s, self.probe_fn = worker, probe_s, probe_fn
         self.step_lock = threading.RLock()
         self.watch = PeerWatch()
-        self.released: list[str] = []
         self._stop = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -153,7 +152,6 @@ class Releaser:
                 released.append(engine_id)
             if outcome in (Release.RELEASED, Release.GONE):
                 self.watch.forget(engine_id)
-        self.released += released
         return released
 
     def _run(self) -> None:
