@@ -88,6 +88,19 @@ def test_each_request_keeps_its_own_output_length(predictor):
     assert predicted != predictor.predict_phases([_phase(1, 1024), _phase(3, 8192)], is_started=True)[1].descriptors
 
 
+def test_two_decodes_behind_one_prefill_keep_their_own_pools(predictor):
+    layouts = predictor.prefill, predictor.decode
+    requests = [(32768, 16), (8192, 16), (8192, 16), (8192, 16)]
+    # one decode: the same as before (decode_of all 0)
+    assert runs_of_requests(*layouts, requests, decode_of=[0, 0, 0, 0]) == runs_of_requests(*layouts, requests)
+    # the 32k request went to decode 1: decode 0's pool is fresh for its first 8k request, while the prefill hands
+    # it the 32k request's recycled (descending) ids, so it cannot merge like two fresh servers would
+    shared = runs_of_requests(*layouts, requests, decode_of=[1, 0, 0, 0])
+    fresh_both = runs_of_requests(*layouts, [(8192, 16)])
+    assert shared[1] != fresh_both[0]
+    assert shared[1:] != runs_of_requests(*layouts, requests)[1:]
+
+
 def test_a_url_deployment_is_predicted_under_a_named_assumption(predictor):
     works = [_phase(1, 1024), _phase(3, 8192)]
     started = predictor.predict_phases(works, is_started=True)

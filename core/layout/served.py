@@ -87,20 +87,25 @@ def mean_served_runs(prefill: RankLayout, decode: RankLayout, prompt_tokens: tup
             for n in dict.fromkeys(prompt_tokens)}
 
 
-def runs_of_requests(prefill: RankLayout, decode: RankLayout, requests: Sequence[tuple[int, int]]) -> list[int]:
+def runs_of_requests(prefill: RankLayout, decode: RankLayout, requests: Sequence[tuple[int, int]], *,
+                     decode_of: Sequence[int] | None = None) -> list[int]:
     """Attention runs of each (prompt tokens, output tokens) request, sent one at a time in this order to a fresh
     prefill and a fresh decode server, each with its own output length (decode's attention grows by it before the
-    request frees its blocks, so it moves where the next request's ids start)."""
-    pools = FreeBlockQueue(), FreeBlockQueue()
+    request frees its blocks, so it moves where the next request's ids start). `decode_of` names, per request,
+    which of several fresh decode servers (0, 1, ...) read it from the one prefill: each decode has its own block
+    pool, the prefill's is shared (a prefill in front of two decodes hands both its recycled ids)."""
+    prefill_pool: FreeBlockQueue = FreeBlockQueue()
+    decode_pools: dict[int, FreeBlockQueue] = {}
     out = []
-    for prompt, output in requests:
+    for i, (prompt, output) in enumerate(requests):
+        pool = decode_pools.setdefault(decode_of[i] if decode_of is not None else 0, FreeBlockQueue())
         tokens = moved_tokens(decode, prompt)
-        p_ids = [pools[0].take(n) for n in _group_counts(prefill, tokens)]
-        d_ids = [pools[1].take(n) for n in _group_counts(decode, tokens)]
+        p_ids = [prefill_pool.take(n) for n in _group_counts(prefill, tokens)]
+        d_ids = [pool.take(n) for n in _group_counts(decode, tokens)]
         out.append(attention_runs(decode, p_ids, d_ids))
-        for i, g in enumerate(decode.groups.groups):  # decode's attention grows with the output tokens
+        for g_index, g in enumerate(decode.groups.groups):  # decode's attention grows with the output tokens
             if g.kind.is_attention:
-                d_ids[i] += pools[1].take(max(0, blocks_kept(decode, g, tokens + output) - len(d_ids[i])))
-        pools[0].free(p_ids)
-        pools[1].free(d_ids)
+                d_ids[g_index] += pool.take(max(0, blocks_kept(decode, g, tokens + output) - len(d_ids[g_index])))
+        prefill_pool.free(p_ids)
+        pool.free(d_ids)
     return out
