@@ -19,10 +19,10 @@
 #                                                     # proxy) and from decode (a second proxy, vLLM's way);
 #                                                     # FLAGS go to hybridserve validate
 #   bash benchmarks/h200.sh fallback-warning          # "launch's TCP-fallback warning, live"
-#   bash benchmarks/h200.sh async-start               # "Async scheduling, H200": benchmarks/async_pd_h200.py start,
-#   bash benchmarks/h200.sh async-faults              # then faults, bench, stop: one call each, back to back (the
-#   bash benchmarks/h200.sh async-bench               # servers live across the calls)
-#   bash benchmarks/h200.sh async-stop
+#   bash benchmarks/h200.sh served-start              # "Served on the H200, as users serve": benchmarks/served_h200.py
+#   bash benchmarks/h200.sh served-bench              # start, then bench, faults, stop: one call each, back to back
+#   bash benchmarks/h200.sh served-faults             # (the servers live across the calls; bench before faults, so
+#   bash benchmarks/h200.sh served-stop               # that plan can follow the servers' request history)
 #   bash benchmarks/h200.sh chaos [FLAGS]             # "Role deaths under load (chaos), H200":
 #                                                     # benchmarks/chaos.py, 60 layers, one prefill and two decodes
 #                                                     # on GPU 0, in the background: call again until "chaos done";
@@ -45,7 +45,7 @@ DRY=${HYBRIDSERVE_DRY:-}
 OUT=${OUT:?OUT: the folder for the results}
 mkdir -p "$OUT"
 deadline=${DEADLINE:-$(( $(date +%s) + 560 ))}
-export DEADLINE=$deadline  # the stage's scripts end their own work before it (async_pd_h200.py, served_pd.py)
+export DEADLINE=$deadline  # the stage's scripts end their own work before it (served_h200.py, served_pd.py)
 M60=/tmp/m60                           # the 60-layer model (Qwen3.5-397B's TP1 per-layer geometry, random weights)
 M60_FLAGS=(--model $M60 --device cuda --max-model-len 34816 --enforce-eager --gdn-prefill-backend triton)
 
@@ -254,12 +254,14 @@ YAML
   done
 }
 
-async_step() {  # STEP: five deployments started once, then validate's faults and bench against them
+served_step() {  # STEP: the deployments started once, all at once, then bench, validate's faults, stop
   setup vllm
   [ "$1" = start ] && model_60_layers
-  run "$OUT/async_$1.out" "$(left 5)" python3 benchmarks/async_pd_h200.py "$1" --out "$OUT"
-  [ -n "$DRY" ] || tail -c 4000 "$OUT/async_$1.out"
-  [ "$1" = stop ] && keep_logs /tmp/hs-async/runs/pd-on && keep_logs /tmp/hs-async/runs/pd-off
+  run "$OUT/served_$1.out" "$(left 5)" python3 benchmarks/served_h200.py "$1" --out "$OUT"
+  [ -n "$DRY" ] || tail -c 4000 "$OUT/served_$1.out"
+  if [ "$1" = stop ]; then
+    local d; for d in pd pd-ipc-cache single single-b single-sync pd-lease; do keep_logs "/tmp/hs-served/runs/$d"; done
+  fi
   pack
 }
 
@@ -318,14 +320,14 @@ case "$stage" in
   serve) serve "$@" ;;
   validate) validate "$@" ;;
   fallback-warning) fallback_warning "$@" ;;
-  async-start) async_step start ;;
-  async-faults) async_step faults ;;
-  async-bench) async_step bench ;;
-  async-stop) async_step stop ;;
+  served-start) served_step start ;;
+  served-bench) served_step bench ;;
+  served-faults) served_step faults ;;
+  served-stop) served_step stop ;;
   chaos) chaos "$@" ;;
   dead-peer) dead_peer "$@" ;;
   ipc-cache-cost) ipc_cache_cost "$@" ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
-       "fallback-warning, async-start, async-faults, async-bench, async-stop, chaos, dead-peer or ipc-cache-cost" \
+       "fallback-warning, served-start, served-bench, served-faults, served-stop, chaos, dead-peer or ipc-cache-cost" \
        "(got '${stage}')"; exit 2 ;;
 esac
