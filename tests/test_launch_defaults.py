@@ -160,3 +160,45 @@ def test_help_says_why_cpu_is_small_and_cuda_is_vllms():
 
 def test_start_timeout_depends_on_the_device():
     assert default_start_timeout(Device.CUDA) >= 3 * 279 and default_start_timeout(Device.CPU) == 300
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("config", ["single-sync", "pd-async"])
+def test_bench_and_validate_start_their_configurations_by_the_same_rules(device, config):
+    """validate's and bench's started servers come from launch's plan with the options their CLIs pass when not
+    asked (EngineOptions with None): the same limits as `launch` on that device."""
+    from hybridserve.core.validate import parse_target
+    from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, config_plan, config_topology
+
+    target = parse_target(config, what="baseline")
+    topology = config_topology(target.config, RECALL_MODEL_DIR, 8000, 2, None, device, EngineOptions())
+    for c in config_plan(target.config, topology, is_dry_run=True).commands:
+        if c.role.is_engine:
+            expected = {"--max-model-len": "2048", "--max-num-seqs": "8"} if device == "cpu" else {}
+            assert {f: _value(list(c.argv), f) for f in expected} == expected
+            assert ("--enforce-eager" in c.argv) is (device == "cpu")
+            if device == "cuda":
+                assert not {"--max-num-seqs", "--max-model-len", "--gdn-prefill-backend"} & set(c.argv)
+
+
+class _Called(Exception):
+    pass
+
+
+@pytest.mark.parametrize("device, start_s", [("cpu", 300.0), ("cuda", 900.0)])
+def test_the_clis_leave_engine_options_unset_and_wait_the_devices_start_time(monkeypatch, device, start_s):
+    seen = {}
+
+    def fake(request, progress=None):
+        seen["request"] = request
+        raise _Called
+
+    monkeypatch.setattr("hybridserve.core.bench.run.bench", fake)
+    monkeypatch.setattr("hybridserve.core.validate.validate", fake)
+    for args in (["bench", "--baseline", "none"], ["validate", "--num-prompts", "2"]):
+        result = runner.invoke(app, [*args, "--device", device])
+        assert isinstance(result.exception, _Called), result.output
+        request = seen.pop("request")
+        assert request.engine == EngineOptions() and request.start_timeout_s == start_s
+    result = runner.invoke(app, ["bench", "--baseline", "none", "--device", device, "--timeout", "42"])
+    assert seen["request"].start_timeout_s == 42 and seen["request"].request_timeout_s == 42
