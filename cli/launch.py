@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -175,10 +176,13 @@ def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool, restar
                         console=err_console, transient=True)
     task = progress.add_task(f"starting {len(plan.commands)} role(s), waiting for /health", total=None)
     phases: dict[str, str] = {}
+    begun = time.monotonic()
 
     def on_progress(name: str, phase: str) -> None:  # each engine's start phase, from its log (start_phase.py)
         phases[name] = phase
         progress.update(task, description=" | ".join(f"{n}: {p}" for n, p in phases.items()))
+        if not err_console.is_terminal:  # no live line in a log file: one line per change instead
+            err_console.print(f"{name}: {phase} ({time.monotonic() - begun:.0f} s)", highlight=False, markup=False)
 
     watching = contextlib.ExitStack()  # UCX's transport report in the CUDA servers' logs, while they serve
 

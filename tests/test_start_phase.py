@@ -118,3 +118,20 @@ def test_wait_healthy_reports_each_phase_of_a_starting_engine(tmp_path):
     order = [STARTING, LOADING, COMPILING, PROFILING, CAPTURING, API_SERVER, SERVING]
     assert [order.index(p) for p in phases] == sorted(order.index(p) for p in phases)  # never backwards
     assert {LOADING, COMPILING, CAPTURING} <= set(phases)
+
+
+def test_launch_writes_one_line_per_phase_change_when_stderr_is_not_a_terminal(monkeypatch, tmp_path):
+    """In a log file rich's live progress line shows nothing: launch prints each engine's phase change instead."""
+    from typer.testing import CliRunner
+
+    from hybridserve.cli.app import app
+
+    def fake_supervise(plan, run_dir, *, on_progress, **_):
+        for phase in (LOADING, COMPILING, SERVING):
+            on_progress("decode-0", phase)
+
+    monkeypatch.setattr("hybridserve.core.launch.supervisor.supervise", fake_supervise)
+    result = CliRunner().invoke(app, ["launch", "--role", "all", "--base-port", "41300", "--run-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("decode-0: ")]
+    assert [line.rsplit(" (", 1)[0] for line in lines] == [f"decode-0: {p}" for p in (LOADING, COMPILING, SERVING)]
