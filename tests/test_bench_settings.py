@@ -109,6 +109,9 @@ def test_differences_are_named_and_defaults_beside_a_value_are_undecided():
     assert [d.line for d in likeness.differences] == ["max-num-seqs 8 (deployment) vs 4 (baseline)"]
     assert any(u.setting is Setting.GDN_PREFILL and "not known to be equal" in u.why for u in likeness.unread)
     assert likeness.lines()[0] == "UNLIKE: max-num-seqs 8 (deployment) vs 4 (baseline)"
+    # two set values still differ beside a third target's default
+    c = _target("control", {Setting.MAX_NUM_SEQS: DEFAULT})
+    assert [d.line for d in compare([a, b, c]).differences] == ["max-num-seqs 8 (deployment) vs 4 (baseline)"]
     # P and D that differ inside one deployment are shown engine by engine
     mixed = _target("deployment", {Setting.ASYNC: "on"}, {Setting.ASYNC: "off"})
     assert mixed.value(Setting.ASYNC) == "e0 on, e1 off"

@@ -107,10 +107,11 @@ def compare(targets: list[TargetSettings] | tuple[TargetSettings, ...]) -> Liken
         unread += [Unread(role=t.role, setting=setting, why=t.reason_unread(setting))
                    for t in targets if values[t.role] is None]
         known = {role: v for role, v in values.items() if v is not None}
-        if DEFAULT in known.values() and len(set(known.values())) > 1:
+        set_values = {role: v for role, v in known.items() if v != DEFAULT}
+        if set_values and len(set_values) < len(known):
             shown = ", ".join(f"{v} on {role}" for role, v in known.items())
             unread += [Unread(role=role, setting=setting, why=f"not known to be equal: {shown}")
                        for role, v in known.items() if v == DEFAULT]
-        elif len(set(known.values())) > 1:
-            differences.append(Difference(setting=setting, values=known))
+        if len(set(set_values.values())) > 1:
+            differences.append(Difference(setting=setting, values=set_values))
     return Likeness(differences=tuple(differences), unread=tuple(unread))
