@@ -60,8 +60,8 @@ def command(
     enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager", show_default=False,
                                                          help="Started servers skip torch.compile and CUDA graphs. "
                                                          "Default: as launch (CPU on, CUDA off).")] = None,
-    allow_unlike: Annotated[bool, typer.Option("--allow-unlike", help="Measure targets whose engine settings differ "
-                                               "(marked above every number) instead of refusing.")] = False,
+    allow_unlike: Annotated[bool, typer.Option("--allow-unlike", metavar="", help="Measure targets whose engine "
+                                               "settings differ (marked above every number) instead of refusing.")] = False,
     gpus: Annotated[Optional[list[str]], typer.Option(help="GPUs a URL target holds, for tokens/s per GPU and its "
                                                       "memory share: N (every URL target) or ROLE=N, "
                                                       "repeatable.")] = None,
@@ -103,7 +103,7 @@ def command(
 
       hybridserve bench --baseline single-sync --control single-sync --json > bench.json     # with an A/A control
 
-      hybridserve bench --deployment http://127.0.0.1:8000 --baseline http://127.0.0.1:8300 --gpus 1 \
+      hybridserve bench --deployment http://127.0.0.1:8000 --baseline http://127.0.0.1:8300 --gpus 1 \\
           --slo-ttft 2000 --slo-itl 50 --allow-unlike     # URL targets on one GPU each, goodput, marked if unlike
     """
     from hybridserve.core.bench.lengths import parse_length
