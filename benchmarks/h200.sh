@@ -31,6 +31,11 @@
 #                                                     # benchmarks/nixl_dead_peer.py (nixl alone, no vLLM)
 #   bash benchmarks/h200.sh ipc-cache-cost [FLAGS]    # the same section: a READ's time by descriptor count, cuda_ipc
 #                                                     # cache on and off (benchmarks/nixl_ipc_cache_cost.py)
+#   bash benchmarks/h200.sh cold-start [FLAGS]        # launch with vLLM's defaults (issue 38, docs/served-defaults.md):
+#                                                     # its dry run on this GPU, a cold start of the 60-layer model
+#                                                     # (a fresh torch.compile cache) to healthy, and each engine's
+#                                                     # start-up lines that launch's progress line reads; FLAGS go
+#                                                     # to launch
 # FLAGS go to the stage's script (kernels: benchmarks/kernels_h200.py tune; tuned-serving:
 # benchmarks/served_tuned_profile.py); a later flag wins over the stage's own.
 # HYBRIDSERVE_DRY=1 prints what a stage would run and runs nothing (tests/test_benchmarks_md.py runs every stage
@@ -310,6 +315,28 @@ dead_peer() {  # a READ initiator's hold on a SIGKILLed target's VRAM: cuda_ipc'
   [ -n "$DRY" ] || cat "$OUT/dead_peer.json"
 }
 
+# the vLLM log lines core/launch/start_phase.py names a phase by (its MARKERS)
+PHASE_LINES='Starting to load model|Loading weights took|Model loading took|Dynamo bytecode transform|Compiling a graph'\
+'|Directly load the compiled|torch.compile took|Memory profiling takes|Profiling CUDA graph memory|Available KV cache'\
+'|KV cache size|Compile and warming up|Warming up model|Capturing CUDA graphs|Graph capturing finished|init engine'\
+'|Starting vLLM server|Application startup complete|with config:|GDN prefill kernel|Auto-fit max_model_len'
+
+cold_start() {  # launch as users serve, cold: the dry run, the time to healthy, every engine's start-up lines
+  setup vllm
+  model_60_layers
+  run "$OUT/cold_dry_run.json" 60 hybridserve launch --role all --device cuda --model $M60 --dry-run --json "$@"
+  start "$OUT/cold_launch.out" env VLLM_CACHE_ROOT=/tmp/hs-cold-cache-$$ hybridserve launch --role all --device cuda \
+    --model $M60 --run-dir /tmp/hs-cold --json "$@"
+  local pid=$started
+  healthy http://127.0.0.1:8000 "$(left 30)"
+  stop $pid
+  [ -n "$DRY" ] && return 0
+  local f
+  for f in /tmp/hs-cold/*/*-0.log; do  # tqdm redraws its bar with CR: one line per redraw
+    tr '\r' '\n' < "$f" | grep -aE "$PHASE_LINES" | grep -v "GET /health" > "$OUT/cold_$(basename "$f" .log)_phases.log"
+  done
+}
+
 case "$stage" in
   copy-bundle) copy_bundle "$@" ;;
   prepare) prepare ;;
@@ -327,6 +354,7 @@ case "$stage" in
   chaos) chaos "$@" ;;
   dead-peer) dead_peer "$@" ;;
   ipc-cache-cost) ipc_cache_cost "$@" ;;
+  cold-start) cold_start "$@" ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
        "fallback-warning, served-start, served-bench, served-faults, served-stop, chaos, dead-peer or ipc-cache-cost" \
        "(got '${stage}')"; exit 2 ;;

@@ -34,6 +34,7 @@ class LaunchRequest:
     router: ProxyKind | None = None  # the proxy role's kind (--router); None: the topology's (default: ours)
     first_token: FirstTokenSource | None = None  # --first-token; None: the topology's (default: prefill)
     api_key_file: Path | None = None  # --api-key-file: the front key (keys.py); None: the topology's (default: open)
+    gpu_memory_bytes: int | None = None  # --gpu-memory: one GPU's memory for the context check; None: the driver's
 
 
 def prepare_launch(request: LaunchRequest) -> LaunchPlan:
@@ -59,7 +60,8 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
     if request.topology_file is None and request.role not in (Role.ALL, Role.PROXY) and request.index not in (None, 0):
         raise InputError(f"--index {request.index}: without --topology there is one {request.role.value} instance")
     return machine_plan(topology, request.role, index=request.index, vllm=request.vllm_version,
-                        is_dry_run=request.is_dry_run, num_gpus=request.num_gpus, run_root=request.run_root)
+                        is_dry_run=request.is_dry_run, num_gpus=request.num_gpus, run_root=request.run_root,
+                        gpu_memory=request.gpu_memory_bytes)
 
 
 def _topology(request: LaunchRequest) -> Topology:
