@@ -77,6 +77,15 @@ def command(
                                           help="Print command lines and environment only.")] = False,
     vllm_arg: Annotated[Optional[list[str]], typer.Option(
         help="vLLM flag or value for every engine, repeatable: --vllm-arg=--load-format --vllm-arg=dummy.")] = None,
+    engine_kind: Annotated[str, typer.Option("--engine", help="hybridserve (launch's own supervisor and proxy) or "
+                                             "ray (a Ray Serve app from the same plan; the ray extra).")] = "hybridserve",
+    ray_address: Annotated[Optional[str], typer.Option(help="--engine ray: the cluster's GCS address (HOST:6379); "
+                                                       "default: start a head here, stop it afterwards.")] = None,
+    failover: Annotated[bool, typer.Option(help="--engine ray: a failed prefill is retried once, then decode "
+                                           "computes the prompt itself (off: Ray's way, the error to the client)."
+                                           )] = True,
+    ray_num_cpus: Annotated[int, typer.Option(min=3, help="--engine ray: logical CPUs the head started here offers "
+                                              "Ray (the engines' real cores are --topology devices).")] = 8,
     as_json: JsonOpt = False,
     after_dashes: Annotated[Optional[list[str]], typer.Argument(
         metavar="-- VLLM_ARGS", help="vLLM flags for every engine (not the ones launch sets).",
@@ -113,6 +122,10 @@ def command(
 
       hybridserve launch --role all --api-key-file front.key   # clients send the key; engines answer the proxy only
       hybridserve launch --role all --restart never        # a role's death stops every role (exit 1)
+
+      hybridserve launch --engine ray --dry-run           # the Ray Serve config of the same plan (docs/ray.md)
+
+      hybridserve launch --engine ray --topology t.yaml --ray-address 10.0.0.1:6379   # on a Ray cluster
     """
     engine = EngineOptions(
         block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
@@ -134,6 +147,7 @@ def command(
                             api_key_file=api_key_file,
                             gpu_memory_bytes=_gpu_memory(gpu_memory))
     restart_policy = RestartPolicy.parse(restart)
+    is_ray = _engine_is_ray(engine_kind)
     plan = prepare_launch(request)
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
@@ -142,6 +156,17 @@ def command(
 
         err_console.print(flag_note(plan.topology, read_header(tuned_profile)), highlight=False, markup=False,
                           soft_wrap=True)
+    if is_ray:
+        from hybridserve.cli import launch_ray
+        from hybridserve.core.rayserve.serve_config import RayOptions
+
+        options = RayOptions(is_failover=failover)
+        if dry_run:
+            launch_ray.dry_run(plan, options, as_json=as_json, num_cpus=ray_num_cpus)
+        else:
+            launch_ray.run(plan, options, ray_address=ray_address, run_root=run_dir, timeout_s=timeout,
+                           num_cpus=ray_num_cpus, as_json=as_json)
+        return
     if dry_run:
         print_json(launch_dict(plan)) if as_json else render_dry_run(plan)
         return
@@ -150,6 +175,12 @@ def command(
 
 def _gpu_memory(text: str | None) -> int | None:
     return device_memory_bytes(text, what="--gpu-memory") if text else None
+
+
+def _engine_is_ray(text: str) -> bool:
+    if text not in ("hybridserve", "ray"):
+        raise InputError(f"--engine {text}: accepted: hybridserve (launch's own roles) or ray (Ray Serve)")
+    return text == "ray"
 
 
 def passed_vllm_args(options: list[str] | None, after_dashes: list[str] | None) -> tuple[str, ...]:
