@@ -35,11 +35,11 @@ def dry_run(plan: LaunchPlan, options: RayOptions, *, as_json: bool, num_cpus: i
 
 def run(plan: LaunchPlan, options: RayOptions, *, ray_address: str | None, run_root: Path, timeout_s: float,
         num_cpus: int, as_json: bool) -> None:
-    try:
-        import ray  # noqa: F401
-        import ray.serve.llm  # noqa: F401
-    except ImportError:
-        raise MissingExtraError("ray", RAY_EXTRA, "launch --engine ray") from None
+    import importlib.util
+
+    for module in ("ray", "ray.llm"):  # found, not imported: ray.llm imports vLLM, which the engines need only
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtraError(module, RAY_EXTRA, "launch --engine ray")
     from hybridserve.core.launch.runner import new_run_dir
     from hybridserve.core.rayserve.run import RayRun, serve_on_ray
 

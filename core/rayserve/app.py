@@ -11,12 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-# Before Ray's LLM modules import vLLM (and vLLM torchvision): the same shims launch arms in every server process.
-from hybridserve.core.vllm_plugin import unloadable_extensions
-from hybridserve.core.vllm_plugin.torchvision_shim import install_lazy
-
-install_lazy()
-unloadable_extensions.install_lazy()
+from hybridserve.core.rayserve import shims  # noqa: F401 (first: before Ray's LLM modules import vLLM)
 
 from ray import serve  # noqa: E402
 from ray.llm._internal.common.dict_utils import maybe_apply_llm_deployment_config_defaults  # noqa: E402

@@ -100,8 +100,17 @@ class LocalNode:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signal.SIGKILL)
         self.popen.wait()
+        self._keep_logs()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
         return left
+
+    def _keep_logs(self) -> None:
+        """The session's logs (GCS, raylet, Serve, every replica and engine) beside this node's own log."""
+        logs = (self.temp_dir / "session_latest").resolve() / "logs"
+        if logs.is_dir():
+            target = self.log_path.with_suffix(".logs")
+            with contextlib.suppress(OSError):
+                shutil.copytree(logs, target, dirs_exist_ok=True, ignore_dangling_symlinks=True)
 
 
 def _signal(pids: list[int], sig: signal.Signals) -> None:

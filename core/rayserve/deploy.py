@@ -61,7 +61,8 @@ def status() -> Status:
     if app is None:
         return Status("NOT_STARTED", "", {})
     deployments = {name: d.status.value for name, d in app.deployments.items()}
-    return Status(app.status.value, app.message or "", deployments)
+    messages = [f"{name}: {d.message.strip()}" for name, d in app.deployments.items() if d.message]
+    return Status(app.status.value, " | ".join([app.message or "", *messages]).strip(" |"), deployments)
 
 
 def wait_running(timeout_s: float, on_progress: Callable[[Status], None] | None = None) -> Status:

@@ -4,6 +4,8 @@ proxy's HTTP responses. The merging rules are first_token.py's own, unchanged.""
 
 from __future__ import annotations
 
+from hybridserve.core.rayserve import shims  # noqa: F401 (first: before Ray's LLM modules import vLLM)
+
 from collections.abc import AsyncIterator
 from typing import Any
 

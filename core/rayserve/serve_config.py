@@ -30,6 +30,7 @@ from hybridserve.core.launch.topology import Device, FirstTokenSource, Topology
 from hybridserve.core.rayserve.engine_kwargs import engine_kwargs
 
 BUILDER = "hybridserve.core.rayserve.app:build_app"
+SETUP_HOOK = "hybridserve.core.rayserve.shims.arm"  # = shims.SETUP_HOOK (shims imports vLLM's plugin modules)
 APP_NAME = "hybridserve"
 INGRESS_RESOURCE = "hybridserve_ingress"
 # Set per replica from its node (servers.py), or chosen by Ray (the GPU ids), never one value for every replica.
@@ -68,7 +69,8 @@ def serve_config(plan: LaunchPlan, options: RayOptions = RayOptions()) -> dict[s
     return {
         "proxy_location": "HeadOnly",  # one door, on the head node: the topology's proxy host
         "http_options": {"host": proxy.host, "port": proxy.port},
-        "applications": [{"name": APP_NAME, "route_prefix": "/", "import_path": BUILDER, "args": args}],
+        "applications": [{"name": APP_NAME, "route_prefix": "/", "import_path": BUILDER, "args": args,
+                          "runtime_env": {"worker_process_setup_hook": SETUP_HOOK}}],
     }
 
 

@@ -16,6 +16,8 @@ The decode replica (Ray's PDDecodeServer orchestrates: it calls a prefill replic
 
 from __future__ import annotations
 
+from hybridserve.core.rayserve import shims  # noqa: F401 (first: before Ray's LLM modules import vLLM)
+
 import logging
 import os
 from typing import Any
