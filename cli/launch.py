@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -84,6 +85,8 @@ def command(
     failover: Annotated[bool, typer.Option(help="--engine ray: a failed prefill is retried once, then decode "
                                            "computes the prompt itself (off: Ray's way, the error to the client)."
                                            )] = True,
+    ray_health_check_s: Annotated[float, typer.Option(min=1, help="--engine ray: how often Serve checks each "
+                                                      "engine (a dead one is restarted after a failed check).")] = 10.0,
     ray_num_cpus: Annotated[int, typer.Option(min=3, help="--engine ray: logical CPUs the head started here offers "
                                               "Ray (the engines' real cores are --topology devices).")] = 8,
     as_json: JsonOpt = False,
@@ -148,7 +151,8 @@ def command(
                             gpu_memory_bytes=_gpu_memory(gpu_memory))
     restart_policy = RestartPolicy.parse(restart)
     is_ray = _engine_is_ray(engine_kind)
-    plan = prepare_launch(request)
+    # Ray places the engines: this machine's ports and GPUs are not theirs (core/rayserve/run.py checks the rest)
+    plan = prepare_launch(replace(request, is_dry_run=True) if is_ray else request)
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
     if tuned_profile is not None:
@@ -160,7 +164,7 @@ def command(
         from hybridserve.cli import launch_ray
         from hybridserve.core.rayserve.serve_config import RayOptions
 
-        options = RayOptions(is_failover=failover)
+        options = RayOptions(is_failover=failover, health_check_period_s=ray_health_check_s)
         if dry_run:
             launch_ray.dry_run(plan, options, as_json=as_json, num_cpus=ray_num_cpus)
         else:

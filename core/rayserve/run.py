@@ -20,8 +20,9 @@ import yaml
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.bind_env import network_device
-from hybridserve.core.launch.keys import write_new_key
+from hybridserve.core.launch.keys import read_key, write_new_key
 from hybridserve.core.launch.plan import LaunchPlan
+from hybridserve.core.launch.preflight import check_plugin, check_weights
 from hybridserve.core.rayserve import deploy
 from hybridserve.core.rayserve.cluster import RAY_PORT, LocalNode
 from hybridserve.core.rayserve.serve_config import host_resources
@@ -53,9 +54,21 @@ def check_local(plan: LaunchPlan) -> None:
                          "with the ray start lines of --dry-run")
 
 
+def preflight(plan: LaunchPlan) -> None:
+    """What launch's preflight checks that still holds when Ray places the engines: weights or --load-format dummy,
+    the plugin's patches against the installed vLLM, and the front key where the ingress reads it (this machine's
+    when the proxy's host is). Ports and GPUs are the Ray nodes'."""
+    check_weights(plan)
+    check_plugin(plan)
+    front = plan.topology.proxy.api_key_file
+    if front is not None and network_device(plan.topology.proxy.host) is not None:
+        read_key(front, what="--api-key-file")
+
+
 def serve_on_ray(run: RayRun, *, on_status: Callable[[deploy.Status], None],
                  on_serving: Callable[[str], None], on_stopping: Callable[[str], None]) -> int:
     """Deploy, serve until SIGINT (130) or SIGTERM (143), take down. Returns the exit code."""
+    preflight(run.plan)
     run.run_dir.mkdir(parents=True, exist_ok=True)
     (run.run_dir / "serve.yaml").write_text(yaml.safe_dump(run.config, sort_keys=False))
     node = None

@@ -118,12 +118,25 @@ class HybridDecodeServer(PDDecodeServer):
             async for chunk in ray_first_token.alone(first, body):
                 yield chunk
             return
-        decode = CompletionRequest(**first_token.decode_body(body, first))
-        local = await LLMServer.completions(self, decode, raw_request_info)
+        decoded = first_token.decode_body(body, first)
+        local = await LLMServer.completions(self, CompletionRequest(**decoded), raw_request_info)
+        if self._is_failover and not body.get("stream"):
+            local = await self._or_alone(local, decoded, raw_request_info)
         # token 1 goes out before decode answers only when decode will take the length (first_token.fits)
         is_early = first_token.fits(first, body, self._llm_config.max_request_context_length)
         async for chunk in ray_first_token.joined(first, body, local, self._detokenize, is_early=is_early):
             yield chunk
+
+    async def _or_alone(self, local, decoded: dict[str, Any], raw_request_info):  # noqa: ANN001, ANN202
+        """Decode's answer; when it is a 5xx (the READ of prefill's blocks failed: a prefill that died after it
+        answered), this replica computes prompt + token 1 itself, as failover.decode_step does without the blocks."""
+        chunks = [chunk async for chunk in local]
+        if not chunks or not _is_server_error(chunks[0]):
+            return _replay(chunks)
+        logger.warning("hybridserve decode: loading prefill's state failed (%s); computing the prompt here",
+                       _error_line(chunks[0]))
+        plain = {k: v for k, v in decoded.items() if k != "kv_transfer_params"}
+        return await LLMServer.completions(self, CompletionRequest(**plain), raw_request_info)
 
     async def _prefill_answer(self, sent: dict[str, Any], raw_request_info) -> Any:  # noqa: ANN001, ANN401
         """Prefill's answer as a dict, an ErrorResponse for the client (a 4xx), or None: no prefill answered."""
@@ -154,6 +167,11 @@ class HybridDecodeServer(PDDecodeServer):
 
             self._tokenizer = AutoTokenizer.from_pretrained(self._llm_config.model_loading_config.model_source)
         return self._tokenizer.decode(token_ids, skip_special_tokens=False)
+
+
+async def _replay(chunks: list[Any]):  # noqa: ANN202
+    for chunk in chunks:
+        yield chunk
 
 
 def _is_server_error(chunk: Any) -> bool:  # noqa: ANN401
