@@ -83,12 +83,11 @@ def command(
     ray_address: Annotated[Optional[str], typer.Option(help="--engine ray: the cluster's GCS address (HOST:6379); "
                                                        "default: start a head here, stop it afterwards.")] = None,
     failover: Annotated[bool, typer.Option(help="--engine ray: a failed prefill is retried once, then decode "
-                                           "computes the prompt itself (off: Ray's way, the error to the client)."
-                                           )] = True,
-    ray_health_check_s: Annotated[float, typer.Option(min=1, help="--engine ray: how often Serve checks each "
-                                                      "engine (a dead one is restarted after a failed check).")] = 10.0,
-    ray_num_cpus: Annotated[int, typer.Option(min=3, help="--engine ray: logical CPUs the head started here offers "
-                                              "Ray (the engines' real cores are --topology devices).")] = 8,
+                                           "computes the prompt (off: Ray's way).")] = True,
+    ray_health_check_s: Annotated[float, typer.Option(help="--engine ray: seconds between Serve's checks of each "
+                                                      "engine (a dead one is restarted).")] = 10.0,
+    ray_num_cpus: Annotated[int, typer.Option(help="--engine ray: logical CPUs the head started here offers Ray "
+                                              "(at least 3; the engines' cores are the topology's).")] = 8,
     as_json: JsonOpt = False,
     after_dashes: Annotated[Optional[list[str]], typer.Argument(
         metavar="-- VLLM_ARGS", help="vLLM flags for every engine (not the ones launch sets).",
@@ -164,6 +163,9 @@ def command(
         from hybridserve.cli import launch_ray
         from hybridserve.core.rayserve.serve_config import RayOptions
 
+        if ray_health_check_s < 1 or ray_num_cpus < 3:
+            raise InputError(f"--ray-health-check-s {ray_health_check_s} / --ray-num-cpus {ray_num_cpus}: accepted: "
+                             "at least 1 s / at least 3 logical CPUs (prefill, decode and the ingress each take one)")
         options = RayOptions(is_failover=failover, health_check_period_s=ray_health_check_s)
         if dry_run:
             launch_ray.dry_run(plan, options, as_json=as_json, num_cpus=ray_num_cpus)

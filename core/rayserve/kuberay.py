@@ -24,12 +24,14 @@ import yaml
 
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.topology import Device
-from hybridserve.core.rayserve.serve_config import INGRESS_RESOURCE, role_resource
+from hybridserve.core.rayserve.serve_config import INGRESS_RESOURCE, role_resource, startup_path
 
 RAY_VERSION = "2.60.0"
 FRONT_KEY_DIR = "/etc/hybridserve/front-key"
 FRONT_KEY_FILE = "key"  # the key inside the Secret: `kubectl create secret generic NAME --from-file=key=front.key`
 SERVE_PORT = 8000
+# hybridserve installed in rayproject/ray:2.60.0-py312's Python (pip install into /home/ray/anaconda3)
+IMAGE_STARTUP_DIR = "/home/ray/anaconda3/lib/python3.12/site-packages/hybridserve/core/vllm_plugin/startup"
 CORE_BOUND_ENV = ("VLLM_CPU_OMP_THREADS_BIND", "HYBRIDSERVE_CPU_CORES")
 
 
@@ -39,12 +41,14 @@ class KubeRayOptions:
     image: str = f"rayproject/ray:{RAY_VERSION}-py312"  # a base to build from: add hybridserve[ray] and vLLM
     front_key_secret: str | None = None  # a Secret with the front key under FRONT_KEY_FILE; None: the door is open
     engine_key_secret: str | None = None  # a Secret with the cluster token (KubeRay authOptions); None: no token
+    startup_dir: str = IMAGE_STARTUP_DIR  # hybridserve's core/vllm_plugin/startup folder inside the image
 
 
 def rayservice(plan: LaunchPlan, serve: dict[str, Any], options: KubeRayOptions = KubeRayOptions()) -> dict[str, Any]:
     """`serve`: serve_config(plan) (with model_source where the pods find the model)."""
     config = copy.deepcopy(serve)
     config["http_options"] = {"host": "0.0.0.0", "port": SERVE_PORT}  # the pod's address: KubeRay's Service
+    config["applications"][0]["runtime_env"]["env_vars"]["PYTHONPATH"] = startup_path(options.startup_dir)
     args = config["applications"][0]["args"]
     args["api_key_file"] = f"{FRONT_KEY_DIR}/{FRONT_KEY_FILE}" if options.front_key_secret else None
     for role in ("prefill_config", "decode_config"):  # a pod's cpuset is its binding: host core ids mean nothing

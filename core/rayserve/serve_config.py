@@ -25,18 +25,25 @@ from pathlib import Path
 from typing import Any
 
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.engine_command import STARTUP_DIR
 from hybridserve.core.launch.plan import LaunchPlan, Role, RoleCommand
 from hybridserve.core.launch.topology import Device, FirstTokenSource, Topology
 from hybridserve.core.rayserve.engine_kwargs import engine_kwargs
 
 BUILDER = "hybridserve.core.rayserve.app:build_app"
-SETUP_HOOK = "hybridserve.core.rayserve.shims.arm"  # = shims.SETUP_HOOK (shims imports vLLM's plugin modules)
 APP_NAME = "hybridserve"
 INGRESS_RESOURCE = "hybridserve_ingress"
 # Set per replica from its node (servers.py), or chosen by Ray (the GPU ids), never one value for every replica.
 HOST_BOUND_ENV = frozenset({"VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT", "VLLM_HOST_IP",
                             "UCX_NET_DEVICES", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"})
 RAY_HEALTH_CHECK_PERIOD_S = 10.0  # Ray Serve's default (DEFAULT_HEALTH_CHECK_PERIOD_S)
+
+
+def startup_path(startup_dir: str) -> str:
+    """Every worker of the app (replicas, Ray's ingress, the builder's task) starts with the project's startup folder
+    first on its path, as launch's servers do: its sitecustomize arms the torchvision shim before Ray unpickles a
+    replica's arguments, which imports vLLM (and vLLM torchvision). Ray expands ${PYTHONPATH} on the node."""
+    return f"{startup_dir}:${{PYTHONPATH}}"
 
 
 def role_resource(role: str) -> str:
@@ -70,7 +77,7 @@ def serve_config(plan: LaunchPlan, options: RayOptions = RayOptions()) -> dict[s
         "proxy_location": "HeadOnly",  # one door, on the head node: the topology's proxy host
         "http_options": {"host": proxy.host, "port": proxy.port},
         "applications": [{"name": APP_NAME, "route_prefix": "/", "import_path": BUILDER, "args": args,
-                          "runtime_env": {"worker_process_setup_hook": SETUP_HOOK}}],
+                          "runtime_env": {"env_vars": {"PYTHONPATH": startup_path(STARTUP_DIR)}}}],
     }
 
 

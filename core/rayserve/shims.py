@@ -1,14 +1,11 @@
-"""The shims launch arms in each server process through its startup folder (core/vllm_plugin/startup), for Ray's
-processes: Ray's LLM code imports vLLM, and vLLM torchvision, and a Ray worker imports it when it unpickles a
-replica's class (Ray's ingress is one), before anything of the project's could run. Two ways in, both kept:
-`arm` is the application's `worker_process_setup_hook` (serve_config.py: every worker of the app runs it at start),
-and the project's modules that import Ray's LLM code import this module first."""
+"""The shims launch arms in each server process through its startup folder (core/vllm_plugin/startup), for the
+processes where the project's own modules import Ray's LLM code (which imports vLLM, and vLLM torchvision): the
+launch process, tests. Ray's workers get the startup folder itself (serve_config.startup_path): a worker unpickles a
+replica's arguments, which import vLLM, before any module of the project runs. (Ray's `worker_process_setup_hook`
+in the application's runtime_env did not run in Serve's replicas: Ray's ingress still failed on torchvision.)"""
 
 from hybridserve.core.vllm_plugin import unloadable_extensions
 from hybridserve.core.vllm_plugin.torchvision_shim import install_lazy
-
-SETUP_HOOK = "hybridserve.core.rayserve.shims.arm"
-
 
 _is_armed = False
 
