@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -79,6 +80,9 @@ def kuberay_command(topology: TopologyOpt = None, model: ModelOpt = None, device
                         help="Secret holding the front key under 'key' (mounted in the head pod).")] = None,
                     engine_key_secret: Annotated[Optional[str], typer.Option(
                         help="Secret holding the cluster token (KubeRay authOptions, mode token).")] = None,
+                    startup_dir: Annotated[Optional[str], typer.Option(
+                        help="hybridserve's core/vllm_plugin/startup folder in the image (default: where pip puts "
+                             "it in rayproject/ray's Python 3.12).")] = None,
                     out: OutOpt = None) -> None:
     """A KubeRay RayService (ray.io/v1) running the same Serve config: kubectl apply -f the file.
 
@@ -92,6 +96,7 @@ def kuberay_command(topology: TopologyOpt = None, model: ModelOpt = None, device
 
     plan = _plan(topology, model, device, vllm_version, first_token)
     config = serve_config(plan, RayOptions(is_failover=failover, model_source=model_source))
-    manifest = rayservice(plan, config, KubeRayOptions(name=name, image=image, front_key_secret=front_key_secret,
-                                                       engine_key_secret=engine_key_secret))
+    options = KubeRayOptions(name=name, image=image, front_key_secret=front_key_secret,
+                             engine_key_secret=engine_key_secret)
+    manifest = rayservice(plan, config, replace(options, startup_dir=startup_dir) if startup_dir else options)
     _write(manifest_text(manifest), out)
