@@ -22,6 +22,8 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.bind_env import network_device
 from hybridserve.core.launch.keys import read_key, write_new_key
 from hybridserve.core.launch.plan import LaunchPlan
+from hybridserve.core.launch import model_form
+from hybridserve.core.launch.placement import served_topology
 from hybridserve.core.launch.preflight import check_plugin, check_weights
 from hybridserve.core.rayserve import deploy
 from hybridserve.core.rayserve.cluster import RAY_PORT, LocalNode
@@ -56,10 +58,14 @@ def check_local(plan: LaunchPlan) -> None:
 
 def preflight(plan: LaunchPlan) -> None:
     """What launch's preflight checks that still holds when Ray places the engines: weights or --load-format dummy,
-    the plugin's patches against the installed vLLM, and the front key where the ingress reads it (this machine's
-    when the proxy's host is). Ports and GPUs are the Ray nodes'."""
+    the plugin's patches against the installed vLLM, the front key where the ingress reads it (this machine's when
+    the proxy's host is), and the model form vLLM 0.26 loads (written beside the model, which the nodes share).
+    Ports and GPUs are the Ray nodes'."""
     check_weights(plan)
     check_plugin(plan)
+    served = served_topology(plan.topology, plan.vllm)
+    if served.model != plan.topology.model:  # vLLM 0.26 serves a text-only Qwen3.5 from its wrapped form
+        model_form.ensure_wrapped(plan.topology.model, served.model)
     front = plan.topology.proxy.api_key_file
     if front is not None and network_device(plan.topology.proxy.host) is not None:
         read_key(front, what="--api-key-file")
