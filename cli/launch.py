@@ -161,17 +161,10 @@ def command(
                           soft_wrap=True)
     if is_ray:
         from hybridserve.cli import launch_ray
-        from hybridserve.core.rayserve.serve_config import RayOptions
 
-        if ray_health_check_s < 1 or ray_num_cpus < 3:
-            raise InputError(f"--ray-health-check-s {ray_health_check_s} / --ray-num-cpus {ray_num_cpus}: accepted: "
-                             "at least 1 s / at least 3 logical CPUs (prefill, decode and the ingress each take one)")
-        options = RayOptions(is_failover=failover, health_check_period_s=ray_health_check_s)
-        if dry_run:
-            launch_ray.dry_run(plan, options, as_json=as_json, num_cpus=ray_num_cpus)
-        else:
-            launch_ray.run(plan, options, ray_address=ray_address, run_root=run_dir, timeout_s=timeout,
-                           num_cpus=ray_num_cpus, as_json=as_json)
+        launch_ray.command(plan, failover=failover, health_check_s=ray_health_check_s, num_cpus=ray_num_cpus,
+                           ray_address=ray_address, run_root=run_dir, timeout_s=timeout, is_dry_run=dry_run,
+                           as_json=as_json)
         return
     if dry_run:
         print_json(launch_dict(plan)) if as_json else render_dry_run(plan)

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from hybridserve.cli.console import err_console, out_console, print_json
-from hybridserve.core.common.errors import MissingExtraError
+from hybridserve.core.common.errors import InputError, MissingExtraError
 from hybridserve.core.launch.plan import LaunchPlan
 from hybridserve.core.rayserve.serve_config import RayOptions, key_file_note, ray_start_lines, serve_config
 
@@ -17,6 +17,19 @@ RAY_EXTRA = "ray"
 
 def _say(line: str) -> None:
     err_console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def command(plan: LaunchPlan, *, failover: bool, health_check_s: float, num_cpus: int, ray_address: str | None,
+            run_root: Path, timeout_s: float, is_dry_run: bool, as_json: bool) -> None:
+    if health_check_s < 1 or num_cpus < 3:
+        raise InputError(f"--ray-health-check-s {health_check_s} / --ray-num-cpus {num_cpus}: accepted: at least "
+                         "1 s / at least 3 logical CPUs (prefill, decode and the ingress each take one)")
+    options = RayOptions(is_failover=failover, health_check_period_s=health_check_s)
+    if is_dry_run:
+        dry_run(plan, options, as_json=as_json, num_cpus=num_cpus)
+    else:
+        run(plan, options, ray_address=ray_address, run_root=run_root, timeout_s=timeout_s, num_cpus=num_cpus,
+            as_json=as_json)
 
 
 def dry_run(plan: LaunchPlan, options: RayOptions, *, as_json: bool, num_cpus: int) -> None:

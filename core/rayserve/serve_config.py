@@ -12,14 +12,16 @@ binding and the plugin's switches. What changes on Ray:
   `_decode`), and each host of the topology offers as many units as it has instances of that role
   (`host_resources`, the `ray start --resources` of that host). The ingress asks for `hybridserve_ingress`,
   which only the proxy's host offers: the front key file is read there.
-- Host-bound settings (the NIXL side-channel host, UCX/gloo devices, VLLM_HOST_IP) are set by each replica from
-  its Ray node's address when it starts (servers.py); the side-channel port of the first instance is the base
-  Ray adds the replica's rank to (`NIXL_SIDE_CHANNEL_PORT_BASE`).
+- Host-bound settings (the NIXL side-channel host, UCX/gloo devices, VLLM_HOST_IP) are set by each replica when it
+  starts (servers.py): the role's address when all its instances share one (127.0.0.1 on one machine: Ray names a
+  node by its network address even when told loopback), else its Ray node's address. The side-channel port of the
+  first instance is the base Ray adds the replica's rank to (`NIXL_SIDE_CHANNEL_PORT_BASE`).
 - The engine key is Ray's cluster token (cluster.py): the engines have no HTTP listener of their own.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +38,7 @@ INGRESS_RESOURCE = "hybridserve_ingress"
 # Set per replica from its node (servers.py), or chosen by Ray (the GPU ids), never one value for every replica.
 HOST_BOUND_ENV = frozenset({"VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT", "VLLM_HOST_IP",
                             "UCX_NET_DEVICES", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"})
+BIND_HOST_ENV = "HYBRIDSERVE_BIND_HOST"  # = servers.BIND_HOST_ENV
 RAY_HEALTH_CHECK_PERIOD_S = 10.0  # Ray Serve's default (DEFAULT_HEALTH_CHECK_PERIOD_S)
 
 
@@ -112,6 +115,9 @@ def _one_llm_config(topology: Topology, command: RoleCommand, options: RayOption
     kwargs = engine_kwargs(flags)
     inst = (topology.prefill if command.role is Role.PREFILL else topology.decode)[0]
     env = {k: v for k, v in command.env if k not in HOST_BOUND_ENV}
+    hosts = {i.host for i in (topology.prefill if command.role is Role.PREFILL else topology.decode)}
+    if len(hosts) == 1:  # the role's one address: its replicas listen there, as launch's servers do (servers.py)
+        env[BIND_HOST_ENV] = hosts.pop()
     config: dict[str, Any] = {
         "model_loading_config": {"model_id": topology.model_name, "model_source": options.model_source or model},
         "engine_kwargs": kwargs,
@@ -139,8 +145,6 @@ def _gpu_share(command: RoleCommand) -> float:
 
 def ray_start_lines(topology: Topology, *, head: str, num_cpus: int, port: int = 6379) -> list[str]:
     """The `ray start` command of each host (the head first): the resources that pin the roles there."""
-    import json
-
     lines = []
     for host, offer in sorted(host_resources(topology).items(), key=lambda kv: kv[0] != head):
         where = "--head --port " + str(port) if host == head else f"--address {head}:{port}"

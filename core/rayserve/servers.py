@@ -27,19 +27,22 @@ from ray.llm._internal.serve.core.configs.openai_api_models import CompletionReq
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
 from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import PDDecodeServer, PDPrefillServer
 
-from hybridserve.core.launch.bind_env import listener_env
+from hybridserve.core.launch.bind_env import listener_env, network_device
 from hybridserve.core.launch.engine_command import STARTUP_DIR
 from hybridserve.core.proxy import eligibility, first_token
 from hybridserve.core.rayserve import ray_first_token
 
 logger = logging.getLogger("hybridserve.ray")
 PREFILL_TRIES = 2  # the first hop and one retry; then decode alone (failover.MAX_FAILURES counts 3 over both roles)
-RAY_OWNED = frozenset({"request_id"})  # set by Ray's server on the request, not by the client
+RAY_OWNED = frozenset({"request_id"})
+BIND_HOST_ENV = "HYBRIDSERVE_BIND_HOST"  # serve_config.py writes it  # set by Ray's server on the request, not by the client
 
 
 def bind_to_node() -> str:
-    """This replica's engine listens on its Ray node's address only; returns that address."""
-    address = ray.util.get_node_ip_address()
+    """This replica's engine listens on one address only: the role's (HYBRIDSERVE_BIND_HOST) when this node holds
+    it, else the Ray node's. Returns that address."""
+    given = os.environ.get(BIND_HOST_ENV)
+    address = given if given and network_device(given) is not None else ray.util.get_node_ip_address()
     os.environ.update(listener_env(address))
     os.environ["VLLM_NIXL_SIDE_CHANNEL_HOST"] = address
     paths = [STARTUP_DIR, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
