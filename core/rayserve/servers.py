@@ -63,14 +63,24 @@ class HybridDecodeServer(PDDecodeServer):
                     "prefill" if is_first_token else "decode", "on" if is_failover else "off")
         self._is_first_token, self._is_failover = is_first_token, is_failover
         self._tokenizer = None
+        self._two_hop_reasons: set[str] = set()
         await super().__init__(llm_config, prefill_server=prefill_server, **kwargs)
 
     async def completions(self, request: CompletionRequest, raw_request_info=None):  # noqa: ANN001, ANN201
         if self._is_first_token:
             body = {k: v for k, v in request.model_dump(exclude_unset=True).items() if k not in RAY_OWNED}
-            if eligibility.route(eligibility.FIRST_TOKEN_PATH, body).is_first_token:
+            way = eligibility.route(eligibility.FIRST_TOKEN_PATH, body)
+            if way.is_first_token:
                 return self._first_token_path(body, raw_request_info)
+            self._note_two_hops(way)
         return await self._two_hops(request, raw_request_info, "completions")
+
+    def _note_two_hops(self, way: eligibility.Route) -> None:
+        """One log line per reason a completion goes two hops (an unknown field: the proxy's allowlist has no row)."""
+        reason = f"{way.reason} {','.join(way.unknown_fields)}".strip()
+        if reason not in self._two_hop_reasons:
+            self._two_hop_reasons.add(reason)
+            logger.info("hybridserve decode: a completion goes two hops (%s); later ones for this reason too", reason)
 
     async def chat(self, request, raw_request_info=None):  # noqa: ANN001, ANN201
         return await self._two_hops(request, raw_request_info, "chat")
