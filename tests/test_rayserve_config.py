@@ -63,7 +63,8 @@ def test_hybrid_rules_and_nixl_on_both_roles():
         assert kw["kv_transfer_config"]["kv_connector"] == "NixlConnector"
         assert kw["kv_transfer_config"]["kv_load_failure_policy"] == "fail"
         assert config["accelerator_config"] == {"kind": "cpu"}
-        assert not set(env) & HOST_BOUND_ENV  # set per replica from its Ray node (servers.bind_to_node)
+        assert not set(env) & (HOST_BOUND_ENV - {"PYTHONPATH"})  # set per replica (servers.bind_to_node)
+        assert env["PYTHONPATH"].endswith("core/vllm_plugin/startup:${PYTHONPATH}")  # the shims, in every worker
     for key in ("block_size", "mamba_ssm_cache_dtype", "mamba_cache_dtype", "dtype", "max_model_len"):
         assert prefill["engine_kwargs"][key] == decode["engine_kwargs"][key], key
     assert (prefill["engine_kwargs"]["kv_transfer_config"]["kv_role"],

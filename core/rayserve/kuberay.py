@@ -24,7 +24,7 @@ import yaml
 
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.topology import Device
-from hybridserve.core.rayserve.serve_config import INGRESS_RESOURCE, role_resource, startup_path
+from hybridserve.core.rayserve.serve_config import INGRESS_RESOURCE, role_resource, set_startup_dir
 
 RAY_VERSION = "2.60.0"
 FRONT_KEY_DIR = "/etc/hybridserve/front-key"
@@ -48,7 +48,7 @@ def rayservice(plan: LaunchPlan, serve: dict[str, Any], options: KubeRayOptions 
     """`serve`: serve_config(plan) (with model_source where the pods find the model)."""
     config = copy.deepcopy(serve)
     config["http_options"] = {"host": "0.0.0.0", "port": SERVE_PORT}  # the pod's address: KubeRay's Service
-    config["applications"][0]["runtime_env"]["env_vars"]["PYTHONPATH"] = startup_path(options.startup_dir)
+    set_startup_dir(config, options.startup_dir)
     args = config["applications"][0]["args"]
     args["api_key_file"] = f"{FRONT_KEY_DIR}/{FRONT_KEY_FILE}" if options.front_key_secret else None
     for role in ("prefill_config", "decode_config"):  # a pod's cpuset is its binding: host core ids mean nothing

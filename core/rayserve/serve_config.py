@@ -76,12 +76,27 @@ def serve_config(plan: LaunchPlan, options: RayOptions = RayOptions()) -> dict[s
         "is_failover": options.is_failover,
         "api_key_file": str(proxy.api_key_file) if proxy.api_key_file is not None else None,
     }
-    return {
+    config = {
         "proxy_location": "HeadOnly",  # one door, on the head node: the topology's proxy host
         "http_options": {"host": proxy.host, "port": proxy.port},
         "applications": [{"name": APP_NAME, "route_prefix": "/", "import_path": BUILDER, "args": args,
-                          "runtime_env": {"env_vars": {"PYTHONPATH": startup_path(STARTUP_DIR)}}}],
+                          "runtime_env": {"env_vars": {}}}],
     }
+    set_startup_dir(config, STARTUP_DIR)
+    return config
+
+
+def set_startup_dir(config: dict[str, Any], startup_dir: str) -> None:
+    """PYTHONPATH of every worker the app starts: the builder's task (the application's runtime_env), Ray's ingress
+    and each engine's replica and node task (Ray LLM gives them the LLM config's runtime_env instead of the
+    application's, and Ray's ingress none: both were seen failing on torchvision without it)."""
+    app = config["applications"][0]
+    args = app["args"]
+    ingress = args["ingress_deployment_config"]["ray_actor_options"]
+    for env in (app["runtime_env"]["env_vars"], args["prefill_config"]["runtime_env"]["env_vars"],
+                args["decode_config"]["runtime_env"]["env_vars"],
+                ingress.setdefault("runtime_env", {"env_vars": {}})["env_vars"]):
+        env["PYTHONPATH"] = startup_path(startup_dir)
 
 
 def host_resources(topology: Topology) -> dict[str, dict[str, float]]:
