@@ -94,6 +94,8 @@ def serve_on_ray(run: RayRun, *, on_status: Callable[[deploy.Status], None],
         if node is not None:
             node.start().wait_up()
         deploy.connect(node.gcs_address if node else run.ray_address, _token_file(run))
+        # again: ray.init installs a SIGTERM handler of its own, which aborts the driver (exit -6, nothing stopped)
+        signal.signal(signal.SIGTERM, _raise_terminated)
         deploy.submit(run.config)
         deploy.wait_running(run.timeout_s, changed)
         on_serving(run.url)
