@@ -49,17 +49,20 @@ def dry_run(plan: LaunchPlan, options: RayOptions, *, as_json: bool, num_cpus: i
 def run(plan: LaunchPlan, options: RayOptions, *, ray_address: str | None, run_root: Path, timeout_s: float,
         num_cpus: int, as_json: bool) -> None:
     import importlib.util
+    import os
 
-    for module in ("ray", "ray.llm"):  # found, not imported: ray.llm imports vLLM, which the engines need only
-        if importlib.util.find_spec(module) is None:
-            raise MissingExtraError(module, RAY_EXTRA, "launch --engine ray")
     from hybridserve.core.launch.runner import new_run_dir
-    from hybridserve.core.rayserve.run import RayRun, serve_on_ray
+    from hybridserve.core.rayserve.cluster import auth_env
+    from hybridserve.core.rayserve.run import RayRun, serve_on_ray, token_file
 
     run_dir = new_run_dir(run_root.resolve(), "ray")
     _say(f"run folder: {run_dir}")
     job = RayRun(plan=plan, config=serve_config(plan, options), run_dir=run_dir, ray_address=ray_address,
                  timeout_s=timeout_s, num_cpus=num_cpus)
+    os.environ.update(auth_env(token_file(job)))  # before anything imports ray: it reads the auth mode once
+    for module in ("ray", "ray.llm"):  # found, not imported: ray.llm imports vLLM, which the engines need only
+        if importlib.util.find_spec(module) is None:
+            raise MissingExtraError(module, RAY_EXTRA, "launch --engine ray")
 
     def on_status(status) -> None:  # noqa: ANN001
         _say(f"ray serve: {status.app} " + ", ".join(f"{k} {v}" for k, v in sorted(status.deployments.items())))

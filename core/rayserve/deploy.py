@@ -30,9 +30,11 @@ class Status:
 
 
 def connect(address: str, token_file: Path | None = None) -> None:
+    """Join as a driver. The token's variables must be set before `ray` is first imported in this process (it reads
+    the auth mode once): launch_ray sets them first; here they are set for a caller that had not imported ray."""
+    os.environ.update(auth_env(token_file))
     import ray
 
-    os.environ.update(auth_env(token_file))
     deadline = time.monotonic() + 60
     while True:
         try:

@@ -93,7 +93,7 @@ def serve_on_ray(run: RayRun, *, on_status: Callable[[deploy.Status], None],
     try:
         if node is not None:
             node.start().wait_up()
-        deploy.connect(node.gcs_address if node else run.ray_address, _token_file(run))
+        deploy.connect(node.gcs_address if node else run.ray_address, token_file(run))
         # again: ray.init installs a SIGTERM handler of its own, which aborts the driver (exit -6, nothing stopped)
         signal.signal(signal.SIGTERM, _raise_terminated)
         deploy.submit(run.config)
@@ -122,10 +122,10 @@ def _own_head(run: RayRun) -> LocalNode:
         for name, count in resources.items():
             offer[name] = offer.get(name, 0.0) + count
     return LocalNode(address=run.plan.topology.proxy.host, resources=offer, num_cpus=run.num_cpus,
-                     log_path=run.run_dir / "ray-head.log", port=RAY_PORT, token_file=_token_file(run))
+                     log_path=run.run_dir / "ray-head.log", port=RAY_PORT, token_file=token_file(run))
 
 
-def _token_file(run: RayRun) -> Path | None:
+def token_file(run: RayRun) -> Path | None:
     """The engine key as the cluster's token: the topology's file, or (a head started here) one generated into the
     run folder. A cluster launch did not start keeps the token its operator gave it (RAY_AUTH_* in the
     environment)."""
