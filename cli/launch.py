@@ -79,7 +79,8 @@ def command(
     vllm_arg: Annotated[Optional[list[str]], typer.Option(
         help="vLLM flag or value for every engine, repeatable: --vllm-arg=--load-format --vllm-arg=dummy.")] = None,
     engine_kind: Annotated[str, typer.Option("--engine", help="hybridserve (launch's own supervisor and proxy) or "
-                                             "ray (a Ray Serve app from the same plan; the ray extra).")] = "hybridserve",
+                                             "ray (a Ray Serve app from the same plan; the ray extra)."
+                                             )] = "hybridserve",
     ray_address: Annotated[Optional[str], typer.Option(help="--engine ray: the cluster's GCS address (HOST:6379); "
                                                        "default: start a head here, stop it afterwards.")] = None,
     failover: Annotated[bool, typer.Option(help="--engine ray: a failed prefill is retried once, then decode "

@@ -107,7 +107,8 @@ class Cluster:
             if text.strip().endswith("}"):
                 return json.loads(text)
             if popen.poll() is not None:
-                raise RuntimeError(f"{name} exited {popen.returncode}: {(self.tmp / f'{name}.err').read_text()[-3000:]}")
+                err = (self.tmp / f"{name}.err").read_text()[-3000:]
+                raise RuntimeError(f"{name} exited {popen.returncode}: {err}")
             time.sleep(1)
         raise RuntimeError(f"{name} did not report its endpoint in time")
 
@@ -129,7 +130,8 @@ class Cluster:
     def post(self, url: str, body: dict, key: str | None = None) -> tuple[int, dict]:
         code = ("import sys, json, urllib.request, urllib.error\n"
                 "key = sys.stdin.read()\n"
-                "headers = {'content-type': 'application/json', **({'Authorization': 'Bearer ' + key} if key else {})}\n"
+                "headers = {'content-type': 'application/json'}\n"
+                "headers.update({'Authorization': 'Bearer ' + key} if key else {})\n"
                 "req = urllib.request.Request(sys.argv[1], data=sys.argv[2].encode(), headers=headers)\n"
                 "try:\n    r = urllib.request.urlopen(req, timeout=120); status, text = r.status, r.read()\n"
                 "except urllib.error.HTTPError as e:\n    status, text = e.code, e.read()\n"

@@ -25,9 +25,12 @@ def _args(topology=None) -> dict:  # noqa: ANN001
     (["--block-size", "128"], {"block_size": 128}),
     (["--no-enable-prefix-caching"], {"enable_prefix_caching": False}),
     (["--enforce-eager"], {"enforce_eager": True}),
-    (["--kv-transfer-config", '{"kv_connector":"NixlConnector"}'], {"kv_transfer_config": {"kv_connector": "NixlConnector"}}),
-    (["--load-format=dummy", "--gpu-memory-utilization", "0.45"], {"load_format": "dummy", "gpu_memory_utilization": 0.45}),
-    (["--model", "/m", "--host", "1.2.3.4", "--port", "1", "--middleware", "x.Y", "--seed", "-1"], {"seed": -1}),
+    (["--kv-transfer-config", '{"kv_connector":"NixlConnector"}'],
+     {"kv_transfer_config": {"kv_connector": "NixlConnector"}}),
+    (["--load-format=dummy", "--gpu-memory-utilization", "0.45"],
+     {"load_format": "dummy", "gpu_memory_utilization": 0.45}),
+    (["--model", "/m", "--host", "1.2.3.4", "--port", "1", "--middleware", "x.Y", "--seed", "-1"],
+     {"seed": -1}),
     (["--dtype", "bfloat16", "--attention-backend", "CPU_ATTN"], {"dtype": "bfloat16", "attention_backend": "CPU_ATTN"}),
 ], ids=["int", "negated", "switch", "json", "inline-and-float", "serve-owned-dropped", "text"])
 def test_flags_become_engine_kwargs(flags, expected):

@@ -34,8 +34,8 @@ from hybridserve.core.rayserve import ray_first_token
 
 logger = logging.getLogger("hybridserve.ray")
 PREFILL_TRIES = 2  # the first hop and one retry; then decode alone (failover.MAX_FAILURES counts 3 over both roles)
-RAY_OWNED = frozenset({"request_id"})
-BIND_HOST_ENV = "HYBRIDSERVE_BIND_HOST"  # serve_config.py writes it  # set by Ray's server on the request, not by the client
+RAY_OWNED = frozenset({"request_id"})  # set by Ray's server on the request, not by the client
+BIND_HOST_ENV = "HYBRIDSERVE_BIND_HOST"  # serve_config.py writes it
 
 
 def bind_to_node() -> str:
