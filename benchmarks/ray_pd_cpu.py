@@ -29,6 +29,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from hybridserve.core.launch.topology import TINY_MODEL_DIR
+
 HB = [sys.executable, "-c", "from hybridserve.cli.app import main; main()"]
 URL = "http://127.0.0.1:8000"
 PROMPT = [(7 * i + 3) % 1000 + 3 for i in range(300)]
@@ -64,9 +66,12 @@ def stop(popen: subprocess.Popen) -> None:
 
 def idle_ttft(tmp: Path, mode: str) -> dict:
     out = tmp / f"{mode}-bench.json"
-    subprocess.run([*HB, "bench", "--deployment", URL, "--baseline", "none", "--input-len", "1024", "--output-len",
-                    "16", "--num-requests", "8", "--out", str(out), "--json"], check=True, capture_output=True,
-                   timeout=600)
+    done = subprocess.run([*HB, "bench", "--deployment", URL, "--baseline", "none", "--input-len", "1024",
+                           "--output-len", "16", "--num-requests", "8", "--model", str(TINY_MODEL_DIR),
+                           "--served-model", TINY_MODEL_DIR.name, "--out", str(out), "--json"], capture_output=True,
+                          text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{mode}: bench exited {done.returncode}: {done.stderr[-2000:]}")
     target = json.loads(out.read_text())["targets"][0]["phases"][0]["client"]
     return {"ttft_s": target["ttft_s"], "e2e_s": target.get("e2e_s"), "num_ok": target.get("num_ok")}
 

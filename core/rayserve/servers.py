@@ -75,6 +75,24 @@ class HybridDecodeServer(PDDecodeServer):
             self._note_two_hops(way)
         return await self._two_hops(request, raw_request_info, "completions")
 
+    def _get_connector_backend(self):  # noqa: ANN202
+        """Ray's NIXL backend, whose prefill request also drops min_tokens: Ray clamps prefill to max_tokens 1 and
+        keeps the client's min_tokens, which vLLM refuses ("min_tokens must be less than or equal to max_tokens=1":
+        every bench request, min_tokens 16, failed so on Ray's stock path). The proxy's hops.prefill_body drops it."""
+        backend = super()._get_connector_backend()
+        if not getattr(backend, "_hybridserve_min_tokens", False):
+            prepare = backend.prepare_prefill_request
+
+            def prepare_prefill_request(*, request, peer):  # noqa: ANN001, ANN202
+                out = prepare(request=request, peer=peer)
+                if getattr(out, "min_tokens", 0):
+                    out.min_tokens = 0
+                return out
+
+            backend.prepare_prefill_request = prepare_prefill_request
+            backend._hybridserve_min_tokens = True
+        return backend
+
     def _note_two_hops(self, way: eligibility.Route) -> None:
         """One log line per reason a completion goes two hops (an unknown field: the proxy's allowlist has no row)."""
         reason = f"{way.reason} {','.join(way.unknown_fields)}".strip()
