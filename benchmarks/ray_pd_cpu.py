@@ -1,4 +1,5 @@
-"""What the project's decode replica adds on Ray Serve, measured against Ray's stock path (issue 41, point 2), on CPU.
+"""What the project's decode replica adds on Ray Serve, against Ray's stock path (issue 41, point 2), on CPU:
+BENCHMARKS.md, "On Ray Serve, CPU".
 
 Three deployments of the same plan, one after the other, on this machine (2 cores: prefill core 0, decode core 1):
 - `ours`: launch --engine ray (first token from prefill, prefill failover on);

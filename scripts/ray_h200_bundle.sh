@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The offline Ray bundle for `launch --engine ray` on the H200 (issue 41, point 5), beside the vLLM 0.26 bundle of
-# ../shared/gpu/vllm (install that first): the wheels of benchmarks/ray_h200_requirements.txt (30, 161 MiB; ray
+# ../shared/gpu/vllm (install that first): the wheels of scripts/ray_h200_requirements.txt (30, 161 MiB; ray
 # 2.58.0 and pyarrow are most of it), cut into part folders of at most 46 MB (a wheel larger than that in pieces).
-#   usage (project root; DEST git-ignored, e.g. '/.rb/' in .git/info/exclude):  benchmarks/ray_h200_bundle.sh [DEST]
+#   usage (project root; DEST git-ignored, e.g. '/.rb/' in .git/info/exclude):  scripts/ray_h200_bundle.sh [DEST]
 # Then one `run` per part folder, back to back (the machine stays warm ~30 s between calls):
 #   run(command="mkdir -p /tmp/rbstash && cp DEST/partNN/* /tmp/rbstash/", carry=["DEST/partNN"])
 # and in the call that serves (after the vLLM bundle's install):
