@@ -17,6 +17,7 @@ import json
 from typing import Any
 
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.passthrough import flag_name
 
 SERVE_OWNED = frozenset({"--model", "--served-model-name", "--host", "--port", "--middleware"})
 
@@ -44,23 +45,14 @@ def engine_kwargs(flags: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _is_flag(word: str) -> bool:
-    """A word that starts a flag, not a negative number's value."""
-    return word.startswith("--") or (word.startswith("-") and not _is_number(word))
-
-
-def _is_number(word: str) -> bool:
-    try:
-        float(word)
-    except ValueError:
-        return False
-    return True
+    """A word that starts a flag, not a value (a negative number is a value: passthrough.flag_name's rule)."""
+    return flag_name(word) is not None
 
 
 def _value(text: str) -> Any:
-    """A number, a JSON object or list as itself; anything else (a dtype, a backend, a path) as text."""
-    if text[:1] in "{[" or _is_number(text):
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
+    """A number, a JSON object or list as itself; anything else (a dtype, a backend, a path, true) as text."""
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if isinstance(value, (int, float, dict, list)) and not isinstance(value, bool) else text
