@@ -4,7 +4,7 @@ by the topology (Ray custom resources), NIXL over the namespaces' link (UCX tcp)
 namespace is the client; a plain single server runs there too (on its own loopback), the reference.
 
 One deployment, checked several ways (it costs minutes on 2 cores): greedy tokens through Ray's ingress equal the
-single server's; the front key is asked for; the decode engine's log shows its READ of the other node's blocks over
+single server's; the front key is asked for, and no key shows in `ps` or any log; the decode engine's log shows its READ of the other node's blocks over
 TCP; `validate` and `bench` run against the ingress's URL; prefill's engine is SIGKILLed under a bounded load and
 Serve restarts it (what the clients saw is counted and printed); after teardown no process is left.
 
@@ -217,6 +217,23 @@ def test_validate_and_bench_run_against_the_ingress(cluster):
                                        "--output-len", "8", "--num-requests", "4", "--json"], timeout_s=600)
     print(bench.stdout[-2000:], bench.stderr[-1500:])
     assert bench.returncode == 0, bench.stderr[-3000:]
+
+
+def test_no_key_in_ps_or_in_any_log(cluster):
+    """The front key is read from its file by the ingress replica, the engine key is the cluster's token read from its
+    file by every node and driver (RAY_AUTH_TOKEN_PATH): neither is on a command line, in the Serve config or in
+    any log of launch or of Ray (both nodes' session logs: GCS, raylet, Serve, every replica and engine)."""
+    ps = subprocess.run(["ps", "-eww", "-o", "pid=,args="], capture_output=True, text=True, check=True).stdout
+    assert "ray.scripts.scripts start" in ps and "ServeReplica" in ps  # it lists the cluster's processes
+    assert FRONT_KEY not in ps and ENGINE_KEY not in ps
+    folders = [cluster.tmp / "runs", *((n.temp_dir / "session_latest").resolve() / "logs"
+                                       for n in cluster.nodes.values())]
+    files = [p for folder in folders for p in folder.rglob("*") if p.is_file()]
+    files += [cluster.tmp / f"{name}.{ext}" for name in ("launch", "single") for ext in ("out", "err")]
+    assert any(p.name == "serve.yaml" for p in files) and len(files) > 20
+    holding = [str(p) for p in files if FRONT_KEY in p.read_text(errors="replace")
+               or ENGINE_KEY in p.read_text(errors="replace")]
+    assert holding == []
 
 
 LOAD = """
