@@ -4,9 +4,10 @@ by the topology (Ray custom resources), NIXL over the namespaces' link (UCX tcp)
 namespace is the client; a plain single server runs there too (on its own loopback), the reference.
 
 One deployment, checked several ways (it costs minutes on 2 cores): greedy tokens through Ray's ingress equal the
-single server's; the front key is asked for, and no key shows in `ps` or any log; the decode engine's log shows its READ of the other node's blocks over
-TCP; `validate` and `bench` run against the ingress's URL; prefill's engine is SIGKILLed under a bounded load and
-Serve restarts it (what the clients saw is counted and printed); after teardown no process is left.
+single server's; the front key is asked for, and no key shows in `ps` or any log; the decode engine's log shows its
+READ of the other node's blocks over TCP; `validate` and `bench` run against the ingress's URL; prefill's engine is
+SIGKILLed under a bounded load and Serve restarts it (what the clients saw is counted and printed); after teardown
+no process is left.
 
 As in test_multihost_netns.py each node sees a boot id of its own (UCX would otherwise take the two namespaces for one
 machine and move the state with cma).
