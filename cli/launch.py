@@ -164,7 +164,9 @@ def command(
         from hybridserve.cli import launch_ray
 
         launch_ray.command(plan, failover=failover, health_check_s=ray_health_check_s, num_cpus=ray_num_cpus,
-                           ray_address=ray_address, run_root=run_dir, timeout_s=timeout, is_dry_run=dry_run,
+                           ray_address=ray_address, run_root=run_dir, is_dry_run=dry_run,
+                           # Ray's start, then both engines at once (launch's waves wait for each)
+                           timeout_s=timeout or 2 * default_start_timeout(plan.topology.device),
                            as_json=as_json)
         return
     if dry_run:
