@@ -237,7 +237,9 @@ def faults(args: argparse.Namespace, prof: dict) -> dict:
                     "runs": []}
     ways = {"prefill": found.get("pd"), "decode": found.get("pd-decode-first")}
     switch = STATE / "fault-pd"
-    for length in prof["lengths"]:
+    lengths = [int(n) for n in os.environ["HS_SERVED_FAULT_LENGTHS"].split(",")] if os.environ.get(
+        "HS_SERVED_FAULT_LENGTHS") else prof["lengths"]
+    for length in lengths:
         for way, url in ways.items():
             for fault in FAULTS:
                 if time.time() > args.deadline - 30 or not url or not found.get("single"):
@@ -276,6 +278,9 @@ def bench(args: argparse.Namespace, prof: dict) -> dict:
     phases = [(f"idle_{n}", idle_targets, ["--input-len", str(n), "--output-len", str(prof["output_len"]),
                                            "--num-requests", str(prof["idle_requests"])]) for n in prof["lengths"]]
     phases.append(("load", load_targets, prof["load"]))
+    wanted = os.environ.get("HS_SERVED_PHASES")  # e.g. "load": a later call runs what an earlier one had no time for
+    if wanted:
+        phases = [p for p in phases if p[0] in wanted.split(",") or p[0].split("_")[0] in wanted.split(",")]
     report: dict = {"order": {}, "phases": {}, "timeline": {}}
     # what reached pd's prefill, in order: (phase, decode index, [(prompt, output) as the servers saw them]); the
     # first token comes from prefill through both P/D proxies (first_token.py): (prompt + 1, output - 1)
