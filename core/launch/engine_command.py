@@ -144,7 +144,7 @@ def engine_env(topology: Topology, instance: EngineInstance, more: tuple[tuple[s
                role: str | None = None) -> tuple[tuple[str, str], ...]:
     """Only the variables launch sets; the child inherits the rest of the caller's environment.
     `more` (placement: UCX) comes before the instance's own env, which is applied last. A decode engine gives back
-    a dead prefill's NIXL state (core/vllm_plugin/peer_release.py)."""
+    a dead prefill's NIXL state (core/vllm_plugin/peer_release.py); both P/D roles run the KV lease guard."""
     engine = topology.engine
     env = {
         CONV_LAYOUT_ENV: REQUIRED_CONV_LAYOUT,
@@ -169,6 +169,8 @@ def engine_env(topology: Topology, instance: EngineInstance, more: tuple[tuple[s
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in instance.devices)
     if role == "decode":
         env[plugin_settings.RELEASE_DEAD_PEERS] = "1"
+    if role in KV_ROLES:  # prefill stamps its KV lease, decode reads only inside it (core/vllm_plugin/lease_guard.py)
+        env[plugin_settings.LEASE_GUARD] = "1"
     env.update(listener_env(instance.host))  # UCX, gloo and vLLM listen on the instance's address only
     env.update(dict(more))
     env.update(dict(instance.env))
