@@ -309,7 +309,7 @@ lease_burst() {  # prefill and decode on GPU 0, a 5 s KV lease, decode 8 sequenc
   model_60_layers
   run "$OUT/lease_burst.out" "$(left 10)" python3 benchmarks/lease_burst.py --device cuda --model $M60 \
     --lease-s 5 --max-num-seqs 8 --max-model-len 16384 --requests 64 --num-prompts 16 --prompt-len 8192 \
-    --max-tokens 128 --start-timeout "$(left 240)" --timeout 200 --base-port 8000 \
+    --max-tokens 128 --stall-probes 2 --start-timeout "$(left 200)" --timeout 200 --base-port 8000 \
     --out "$OUT/lease_burst.json" --keep-logs "$OUT/logs" "$@"
   [ -n "$DRY" ] || tail -30 "$OUT/lease_burst.out"
   pack

@@ -9,7 +9,9 @@ lease" (issue 39).
 and `max_num_seqs` low, so that the burst's later requests wait in decode's queue longer than the lease. Prefill's
 own greedy answers to the pool's prompts (random token ids) are asked first, twice (core/chaos/reference.py: they set
 the judging limits), then every request of the burst goes at once through the proxy (every other one streamed) and
-each answer is judged (core/chaos/burst.py). Goal: wrong 0. Exit 0 when it is met and every request was answered.
+each answer is judged (core/chaos/burst.py). Then `--stall-probes` times, decode's processes are SIGSTOPped past the
+lease while other prompts reuse prefill's freed blocks (core/chaos/stall.py), so that the guard's refusal and the
+recompute after it run on this vLLM too. Goal: wrong 0. Exit 0 when it is met and every request was answered right.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from hybridserve.core.chaos.burst import send_burst, tally_burst
+from hybridserve.core.chaos import stall
+from hybridserve.core.chaos.burst import count_refused, send_burst, tally_burst
 from hybridserve.core.chaos.load import Load
 from hybridserve.core.chaos.reference import references
 from hybridserve.core.chaos.run import _kill_groups, _stop_launcher, start_launch
@@ -66,16 +69,31 @@ def run(args: argparse.Namespace) -> dict:
             sent, seconds = send_burst(load, args.requests)
             result = tally_burst(sent, seconds, answers, thresholds, timeline=tmp_path / "timeline.jsonl",
                                  run_dir=run_dir, proxy_url=endpoints["proxy"], lease_s=args.lease_s)
+            probes = stall_probes(args, endpoints, run_dir, load, answers[0], thresholds)
             if args.keep_logs:
                 args.keep_logs.mkdir(parents=True, exist_ok=True)
                 for log in run_dir.glob("*.log"):
                     (args.keep_logs / log.name).write_text(log.read_text(errors="replace")[-200_000:])
-            return {"topology": topology(args, model), "result": asdict(result),
+            return {"topology": topology(args, model), "result": asdict(result), "stall_probes": probes,
                     "judging": {"thresholds": asdict(thresholds), "noise": asdict(noise)}}
         finally:
             _stop_launcher(launcher)
             for folder in (tmp_path / "runs").glob("*/"):
                 _kill_groups(folder)
+
+
+def stall_probes(args: argparse.Namespace, endpoints: dict, run_dir: Path, load: Load, ref, thresholds) -> dict:
+    """Decode stopped lease + 7 s while three prompts reuse prefill's freed blocks, `--stall-probes` times."""
+    probe = stall.Probe(model=load.model, prompt=load.prompts[0], max_tokens=load.max_tokens, thresholds=thresholds,
+                        timeout_s=args.timeout)
+    before, results = count_refused(run_dir), []
+    pgid = int((run_dir / "decode-0.pid").read_text())
+    for _ in range(args.stall_probes):
+        results.append(stall.stalled_decode(endpoints["proxy"], endpoints["prefill-0"], pgid, probe, ref,
+                                            stop_s=args.lease_s + 7, lease_s=args.lease_s))
+    return {"outcomes": [r.outcome.value for r in results], "results": [asdict(r) | {"outcome": r.outcome.value}
+                                                                         for r in results],
+            "refused": count_refused(run_dir) - before}
 
 
 def render(console: Console, out: dict) -> None:
@@ -92,6 +110,10 @@ def render(console: Console, out: dict) -> None:
     console.print(table)
     for one in r["wrong_answers"][:5] + [{"why": e} for e in r["errors_told"][:5]]:
         console.print(f"  {one}", markup=False, highlight=False, soft_wrap=True)
+    probes = out["stall_probes"]
+    if probes["outcomes"]:
+        console.print(f"decode stopped {engine['kv_lease_s'] + 7} s with the blocks reused: {probes['outcomes']}, "
+                      f"READs refused by the guard: {probes['refused']}", markup=False, highlight=False)
 
 
 def main(argv: list[str]) -> int:
@@ -105,6 +127,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--num-prompts", type=int, default=6)
     parser.add_argument("--prompt-len", type=int, default=512)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--stall-probes", type=int, default=0, help="decode stopped past the lease, this many times")
     parser.add_argument("--engine", type=json.loads, default={}, help="more topology engine keys, as JSON")
     parser.add_argument("--base-port", type=int, default=19300)
     parser.add_argument("--timeout", type=float, default=300.0, help="per request, and the proxy's per hop")
@@ -122,8 +145,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps(out))
     else:
         render(Console(), out)
-    r = out["result"]
-    return 0 if r["wrong"] == 0 and r["errors"] == 0 and r["right"] == r["num_requests"] else 1
+    r, probes = out["result"], out["stall_probes"]["outcomes"]
+    is_met = r["wrong"] == 0 and r["errors"] == 0 and r["right"] == r["num_requests"]
+    return 0 if is_met and all(o == "right" for o in probes) else 1
 
 
 if __name__ == "__main__":

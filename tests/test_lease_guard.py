@@ -5,6 +5,7 @@ The installed vLLM's real names are checked by test_plugin_compat.py; the served
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
 from types import SimpleNamespace
@@ -103,6 +104,11 @@ def fake_worker_class() -> type:
             self._remote_agents = defaultdict(dict)
             self.xfer_stats = Stats()
             self.posted: list[str] = []
+            self._is_hma_required = True  # a hybrid model
+            self.failed: list[str] = []
+
+        def _handle_failed_transfer(self, req_id, handle):  # noqa: ANN001 (0.26: reported done, no block invalid)
+            self.failed.append(req_id)
 
         def _read_blocks_for_req(self, req_id, meta):  # noqa: ANN001
             self.posted.append(req_id)
@@ -203,6 +209,23 @@ def test_a_request_without_a_stamp_is_read_as_vllm_reads_it(worker, monkeypatch)
     assert worker.posted == ["d1"] and not worker.__dict__[lease_guard.REFUSED]
 
 
+def test_on_vllm_0_26_a_failed_receive_of_a_hybrid_model_is_refused_not_answered_from(worker):
+    """vllm#52234: 0.26 reports it as received and marks no block invalid for a hybrid model."""
+    start(worker, "d1", meta("r1", time.time() + 30))
+    worker._handle_failed_transfer("d1", "h-d1")
+    assert worker.failed == ["d1"] and worker.__dict__[lease_guard.REFUSED] == {"d1"}
+    worker._is_hma_required = False  # vLLM marks the blocks invalid itself and applies the policy
+    worker._handle_failed_transfer("d2", None)
+    assert worker.__dict__[lease_guard.REFUSED] == {"d1"}
+
+
+def test_a_read_is_not_refused_before_the_prefill_engines_handshake(worker):
+    """vLLM's bookkeeping of a finished receive looks the engine up: 0.32's original starts the handshake first."""
+    del worker._remote_agents["P"]
+    start(worker, "d1", meta("r1", time.time()))
+    assert worker.posted == ["d1"] and not worker.__dict__[lease_guard.REFUSED]
+
+
 def test_the_connector_hands_the_steps_refusals_to_the_scheduler_once():
     class Connector:
         def build_connector_worker_meta(self):  # noqa: ANN202 (vLLM's base: nothing)
@@ -210,7 +233,8 @@ def test_the_connector_hands_the_steps_refusals_to_the_scheduler_once():
 
     lease_guard.patch_connector(Connector)
     connector = Connector()
-    connector.connector_worker = SimpleNamespace(**{lease_guard.REFUSED: {"d1", "d2"}})
+    connector.connector_worker = SimpleNamespace(**{lease_guard.REFUSED: {"d1", "d2"},
+                                                    lease_guard.LOCK: threading.Lock()})
     assert connector.build_connector_worker_meta() == RefusedLoads(frozenset({"d1", "d2"}))
     assert connector.build_connector_worker_meta() is None
 

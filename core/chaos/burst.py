@@ -65,6 +65,11 @@ def _count(path: Path, text: str) -> int:
     return path.read_text(errors="replace").count(text) if path.is_file() else 0
 
 
+def count_refused(run_dir: Path) -> int:
+    """READs the guard refused, from decode's log."""
+    return _count(run_dir / "decode-0.log", REFUSED_LOG_PREFIX)
+
+
 def proxy_lease(url: str) -> dict[str, float]:
     try:
         return {k: float(v) for k, v in _LEASE_METRIC.findall(httpx.get(f"{url}/metrics", timeout=10).text)}
@@ -85,7 +90,7 @@ def tally_burst(sent: list[Sent], seconds: float, references: list, thresholds, 
         wrong=sum(judged.get(s.rid) is not None for s in sent), errors=sum(not s.is_ok for s in sent),
         seconds=seconds, decode_wait_s=_stats(waits), lease_needed_s=_stats(needed),
         num_over_lease=sum(n > lease_s for n in needed),
-        refused=_count(run_dir / "decode-0.log", REFUSED_LOG_PREFIX),
+        refused=count_refused(run_dir),
         expired=_count(run_dir / "prefill-0.log", EXPIRED_LOG), late_reads=_count(run_dir / "prefill-0.log", LATE_READ_LOG),
         proxy_lease=proxy_lease(proxy_url),
         wrong_answers=[{"rid": s.rid, "prompt_index": s.prompt_index, "why": judged[s.rid]} for s in sent

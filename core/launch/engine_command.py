@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from hybridserve.core.common import keepalive
 from hybridserve.core.launch.async_scheduling import resolve as resolve_async
 from hybridserve.core.launch.bind_env import listener_env
 from hybridserve.core.launch.instance_cache import InstanceCache
@@ -151,6 +152,8 @@ def engine_env(topology: Topology, instance: EngineInstance, more: tuple[tuple[s
         "VLLM_NIXL_SIDE_CHANNEL_HOST": instance.host,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(instance.side_channel_port),
         "VLLM_LOGGING_COLOR": "0",
+        # idle connections outlive a stalled engine's pause: the proxy's request is read, not reset (keepalive.py)
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(keepalive.server_idle_s(topology.proxy.timeout_s)),
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": STARTUP_DIR,  # prepended to the caller's PYTHONPATH when the role starts
     }

@@ -8,14 +8,21 @@ On NixlPullConnectorWorker (vLLM 0.26 and 0.32), when HYBRIDSERVE_LEASE_GUARD=1 
   bookkeeping reports it done at once (an empty list of transfers, as vLLM seeds for a rank with nothing to read);
 - `_pop_done_transfers`: a READ whose completion is first seen past the deadline is refused too (the blocks may
   have been reused while it ran);
+- `_handle_failed_transfer`, vLLM 0.26 only: a failed receive of a hybrid model is refused too. 0.26 reports it as
+  received and marks no block invalid for a hybrid model ("TODO handle failed transfer for HMA"), so the scheduler
+  answers from whatever the blocks hold (vllm#52234); 0.32 reports it in `failed_recving` and applies
+  kv_load_failure_policy, which is left alone;
 - `NixlBaseConnector.build_connector_worker_meta`: the refused requests of the step go to the scheduler
   (`RefusedLoads`), which computes their prompts again (lease_stamp.py).
 Each refusal is one warning line (`REFUSED_LOG_PREFIX`) and counts in vLLM's `vllm:nixl_num_kv_expired_reqs`.
-A request whose kv_transfer_params carry no stamp (a prefill without the plugin) is read as vLLM reads it.
+A request whose kv_transfer_params carry no stamp (a prefill without the plugin) is read as vLLM reads it. A READ is
+refused before it is posted only once the prefill engine's handshake is done: vLLM's bookkeeping of a finished
+receive looks the engine up.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from types import ModuleType
 from typing import Any
@@ -30,6 +37,7 @@ CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector"
 STAMP_ATTR = "_hybridserve_lease_end"  # set on a ReqMeta by lease_stamp.py: prefill's stamp (Unix seconds)
 REFUSED_LOG_PREFIX = "hybridserve: lease guard refused the READ of request"
 BOOK, REFUSED, RECORDER, MARGIN = "_hs_lease_book", "_hs_lease_refused", "_hs_hb_recorder", "_hs_lease_margin"
+LOCK = "_hs_lease_lock"  # around REFUSED: 0.26 reports a failed handshake from its handshake thread
 
 
 class HeartbeatRecorder:
@@ -52,7 +60,8 @@ class HeartbeatRecorder:
 
 
 def _refuse(worker: Any, req_id: str, why: str) -> None:
-    worker.__dict__[REFUSED].add(req_id)
+    with worker.__dict__[LOCK]:
+        worker.__dict__[REFUSED].add(req_id)
     stats = getattr(worker, "xfer_stats", None)
     if stats is not None and hasattr(stats, "record_kv_expired_req"):
         stats.record_kv_expired_req()
@@ -81,14 +90,15 @@ def patch_worker(cls: Any) -> None:
         recorder = HeartbeatRecorder(self.nixl_wrapper)
         self.nixl_wrapper = recorder
         self.__dict__.update({BOOK: LeaseBook(extension_s=float(self._lease_extension)), REFUSED: set(),
-                              RECORDER: recorder, MARGIN: margin_from_env()})
+                              RECORDER: recorder, MARGIN: margin_from_env(), LOCK: threading.Lock()})
         logger.info("hybridserve lease guard: on (heartbeat extension %s s, margin %s s)", self._lease_extension,
                     self.__dict__[MARGIN])
 
     def _read_blocks_for_req(self: Any, req_id: str, meta: Any) -> Any:
         book = self.__dict__.get(BOOK)
         remote = getattr(meta, "remote", None)
-        if book is None or remote is None or not _awaits_data(self, req_id, meta):
+        if (book is None or remote is None or not _awaits_data(self, req_id, meta)
+                or remote.engine_id not in self._remote_agents):  # 0.32: the original starts the handshake
             return read(self, req_id, meta)
         deadline = book.deadline(req_id)
         if deadline is None:
@@ -115,7 +125,7 @@ def patch_worker(cls: Any) -> None:
             if deadline is None:
                 continue
             book.finish(req_id)
-            if req_id not in self.__dict__[REFUSED] and req_id not in failed and seen > deadline:
+            if req_id not in refused(self) and req_id not in failed and seen > deadline:
                 _refuse(self, req_id, f"its READ was seen complete {seen - deadline:.2f} s past its lease")
         return out
 
@@ -135,7 +145,37 @@ def patch_worker(cls: Any) -> None:
 
     cls.__init__, cls._read_blocks_for_req = __init__, _read_blocks_for_req
     cls._pop_done_transfers, cls._send_heartbeats = _pop_done_transfers, _send_heartbeats
+    if not hasattr(cls, "get_transfer_results"):  # vLLM 0.26 (nixl_results.py)
+        patch_failed_receive(cls)
     cls._hybridserve_lease_guard = True
+
+
+def refused(worker: Any) -> set[str]:
+    with worker.__dict__[LOCK]:
+        return set(worker.__dict__[REFUSED])
+
+
+def take_refused(worker: Any) -> frozenset[str]:
+    """The worker's refusals since the last call (emptied)."""
+    lock = getattr(worker, "__dict__", {}).get(LOCK)
+    if lock is None:
+        return frozenset()
+    with lock:
+        found = frozenset(worker.__dict__[REFUSED])
+        worker.__dict__[REFUSED].clear()
+    return found
+
+
+def patch_failed_receive(cls: Any) -> None:
+    failed = cls._handle_failed_transfer
+
+    def _handle_failed_transfer(self: Any, req_id: str, *args: Any, **kwargs: Any) -> Any:
+        out = failed(self, req_id, *args, **kwargs)
+        if self.__dict__.get(BOOK) is not None and getattr(self, "_is_hma_required", False):
+            _refuse(self, req_id, "its receive failed (vLLM 0.26 would answer from the blocks as they are)")
+        return out
+
+    cls._handle_failed_transfer = _handle_failed_transfer
 
 
 def patch_connector(cls: Any) -> None:
@@ -143,16 +183,10 @@ def patch_connector(cls: Any) -> None:
 
     def build_connector_worker_meta(self: Any) -> Any:
         out = build(self)
-        refused = getattr(getattr(self, "connector_worker", None), "__dict__", {}).get(REFUSED)
-        if not refused:
+        if out is not None:  # never so for vLLM's NixlConnector (0.26, 0.32: the base's None); refusals wait
             return out
-        if out is not None:  # vLLM's NixlConnector returns None (0.26, 0.32): keep the refusals for a later step
-            logger.warning("hybridserve lease guard: the connector already reports worker metadata (%s); "
-                           "refusals wait", type(out).__name__)
-            return out
-        found = RefusedLoads(frozenset(refused))
-        refused.clear()
-        return found
+        found = take_refused(getattr(self, "connector_worker", None))
+        return RefusedLoads(found) if found else None
 
     cls.build_connector_worker_meta = build_connector_worker_meta
     cls._hybridserve_lease_guard = True

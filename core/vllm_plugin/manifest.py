@@ -126,6 +126,7 @@ LEASE_GUARD = PatchSpec(
     lines=LINES,
     names=(_worker("__init__", "_read_blocks_for_req", "_pop_done_transfers", "_send_heartbeats", "nixl_wrapper",
                    "_lease_extension", "_recving_transfers", "_recving_metadata", "_remote_agents", "xfer_stats"),
+           _worker("_handle_failed_transfer", "_is_hma_required", lines=("0.26",)),  # vllm#52234
            Names(module=NIXL_METADATA, attrs=("ReqMeta.remote", "ReqMeta.local_block_ids", "RemoteMeta.engine_id",
                                               "RemoteMeta.request_id", "NixlConnectorMetadata.heartbeat_by_engine",
                                               "HeartbeatInfo.req_ids")),
