@@ -188,3 +188,37 @@ def test_the_load_keeps_each_ok_answers_tokens_and_logprobs_streamed_or_not():
     for sent in (plain, stream):
         assert sent.is_ok and sent.answer.tokens == (" a", " c") and sent.answer.top2_gaps == (1.9, 0.8), sent
         assert sent.answer.text == " a c"
+
+
+def test_a_burst_is_counted_from_the_timeline_the_logs_and_the_judged_answers(tmp_path):
+    """core/chaos/burst.py: decode's queue and how long after prefill's token each READ came, from the timeline; the
+    guard's refusals and prefill's expired leases and late reads, from the logs."""
+    import json
+
+    from hybridserve.core.chaos.burst import EXPIRED_LOG, LATE_READ_LOG, tally_burst
+    from hybridserve.core.vllm_plugin.lease_guard import REFUSED_LOG_PREFIX
+
+    a, b = "a" * 32, "b" * 32
+    sent = [_sent(a, 0, 9, answer=_answer(" x", " y")), _sent(b, 0, 12, stream=True, answer=_answer(" x", " z")),
+            _sent("c" * 32, 0, 1, ok=False, role="decode")]
+    events = [{"t": 0.1, "pid": 1, "event": "hop1_start", "req": a},
+              {"t": 0.1, "pid": 1, "event": "hop1_start", "req": b},
+              {"t": 0.2, "pid": 2, "event": "arrive", "req": f"cmpl-{a}-0", "role": "prefill"},
+              {"t": 0.5, "pid": 2, "event": "first_token", "req": f"cmpl-{a}-0"},
+              {"t": 0.6, "pid": 2, "event": "first_token", "req": f"cmpl-{b}-0"},
+              {"t": 0.7, "pid": 3, "event": "arrive", "req": f"cmpl-{a}-0-x", "role": "decode"},
+              {"t": 0.8, "pid": 3, "event": "arrive", "req": f"cmpl-{b}-0-x", "role": "decode"},
+              {"t": 1.0, "pid": 3, "event": "alloc", "req": f"cmpl-{a}-0-x"},
+              {"t": 7.8, "pid": 3, "event": "alloc", "req": f"cmpl-{b}-0-x"},
+              {"t": 1.2, "pid": 4, "event": "nixl_done", "req": f"cmpl-{a}-0-x"},
+              {"t": 8.1, "pid": 4, "event": "nixl_done", "req": f"cmpl-{b}-0-x"}]
+    (tmp_path / "timeline.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (tmp_path / "decode-0.log").write_text(f"x\n{REFUSED_LOG_PREFIX} r1: late\n")
+    (tmp_path / "prefill-0.log").write_text(f"{EXPIRED_LOG} r1\n{EXPIRED_LOG} r2\n{LATE_READ_LOG} r1\n")
+    result = tally_burst(sent, 12.0, [_answer(" x", " y")], Thresholds(), timeline=tmp_path / "timeline.jsonl",
+                         run_dir=tmp_path, proxy_url="http://127.0.0.1:9", lease_s=3)
+    assert (result.right, result.wrong, result.errors) == (1, 1, 1)
+    assert result.decode_wait_s == {"max": 7.0, "p50": 3.65, "count": 2}  # b waited 0.8 -> 7.8 in decode's queue
+    assert result.lease_needed_s["max"] == 7.5 and result.num_over_lease == 1  # b's READ 7.5 s after its token
+    assert (result.refused, result.expired, result.late_reads) == (1, 2, 1)
+    assert result.wrong_answers[0]["rid"] == b and result.proxy_lease == {}  # (no proxy there)

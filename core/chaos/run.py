@@ -55,6 +55,7 @@ class ChaosSpec:
     start_timeout_s: float = 420.0
     keep_logs: Path | None = None  # where the run folder's logs, restart events and launch's output are copied
     num_prompts: int = 8  # the load's prompt pool (reference.py)
+    env: dict = field(default_factory=dict)  # more environment for every engine instance (topology `env`)
     thresholds: Thresholds = field(default_factory=Thresholds)  # the floor of the judging limits (reference.py)
 
 
@@ -103,12 +104,12 @@ def topology_yaml(spec: ChaosSpec) -> str:
     b, cores = spec.base_port, max(1, os.cpu_count() or 1)
     last = cores - 1 if spec.device == "cpu" else 0
     engine = {"kv_lease_s": spec.kv_lease_s, **spec.engine}
-    decodes = [{"port": b + 200 + i, "side_channel_port": b + 250 + i, "devices": [last]}
+    decodes = [{"port": b + 200 + i, "side_channel_port": b + 250 + i, "devices": [last], "env": spec.env}
                for i in range(spec.num_decodes)]
     proxy = {"port": b, "timeout_s": 60, **({"kind": "vllm-router", "metrics_port": b + 50}
                                             if spec.router == "vllm-router" else {})}
     return json.dumps({"model": str(_model(spec)), "device": spec.device, "engine": engine,
-                       "prefill": [{"port": b + 100, "side_channel_port": b + 150, "devices": [0]}],
+                       "prefill": [{"port": b + 100, "side_channel_port": b + 150, "devices": [0], "env": spec.env}],
                        "decode": decodes, "proxy": proxy})  # JSON is YAML
 
 

@@ -50,10 +50,14 @@ class Probe:
     max_tokens: int = 16
     thresholds: Thresholds = Thresholds()
     timeout_s: float = 180.0
+    # top-2 logprobs asked (judged under validate's near-tie rules); False: as issue 39's client asked, the text
+    # judged exactly (a trained model's greedy answer; without the guard a READ of reused blocks then answers 200)
+    is_logprobs: bool = True
 
     def body(self, **more: object) -> dict:
-        return {"model": self.model, "prompt": self.prompt, "max_tokens": self.max_tokens, "temperature": 0.0,
-                "ignore_eos": True, "logprobs": 2, **more}
+        body = {"model": self.model, "prompt": self.prompt, "max_tokens": self.max_tokens, "temperature": 0.0,
+                "ignore_eos": True, **({"logprobs": 2} if self.is_logprobs else {})}
+        return {**body, **more}
 
 
 def ask(url: str, body: dict, timeout_s: float) -> tuple[int | None, dict | str]:
@@ -69,7 +73,7 @@ def ask(url: str, body: dict, timeout_s: float) -> tuple[int | None, dict | str]
 
 def reference(prefill_url: str, probe: Probe) -> Completion:
     """Prefill's own greedy answer to the probe's prompt (a plain request: one server computes it all)."""
-    status, answer = ask(prefill_url, probe.body(), probe.timeout_s)
+    status, answer = ask(prefill_url, probe.body(logprobs=2), probe.timeout_s)
     if status != 200 or not isinstance(answer, dict):
         raise RuntimeError(f"prefill {prefill_url} did not answer the reference: {status} {answer}")
     return parse_completion(prefill_url, answer)
@@ -80,9 +84,13 @@ def judge(probe: Probe, ref: Completion, status: int | None, answer: dict | str,
         told = answer.get("error", answer) if isinstance(answer, dict) else answer
         return ProbeResult(outcome=Outcome.ERROR, status=status, text=str(told)[:300], why=str(told)[:300],
                            seconds=round(seconds, 2))
-    got = parse_completion("probe", answer)
-    why = wrong_reason(ref, got, probe.thresholds)
-    return ProbeResult(outcome=Outcome.WRONG if why else Outcome.RIGHT, status=status, text=got.text, why=why,
+    if probe.is_logprobs:
+        got = parse_completion("probe", answer)
+        text, why = got.text, wrong_reason(ref, got, probe.thresholds)
+    else:
+        text = answer["choices"][0].get("text") or ""
+        why = None if text == ref.text else f"{text!r} where the reference has {ref.text!r}"
+    return ProbeResult(outcome=Outcome.WRONG if why else Outcome.RIGHT, status=status, text=text, why=why,
                        seconds=round(seconds, 2))
 
 

@@ -14,7 +14,7 @@ On NixlPullConnectorWorker (vLLM 0.26 and 0.32), when HYBRIDSERVE_LEASE_GUARD=1 
   kv_load_failure_policy, which is left alone;
 - `NixlBaseConnector.build_connector_worker_meta`: the refused requests of the step go to the scheduler
   (`RefusedLoads`), which computes their prompts again (lease_stamp.py).
-Each refusal is one warning line (`REFUSED_LOG_PREFIX`) and counts in vLLM's `vllm:nixl_num_kv_expired_reqs`.
+Each refusal is one warning line (`REFUSED_LOG_PREFIX`); a lease refusal counts in vLLM's `vllm:nixl_num_kv_expired_reqs`.
 A request whose kv_transfer_params carry no stamp (a prefill without the plugin) is read as vLLM reads it. A READ is
 refused before it is posted only once the prefill engine's handshake is done: vLLM's bookkeeping of a finished
 receive looks the engine up.
@@ -59,11 +59,11 @@ class HeartbeatRecorder:
         return out
 
 
-def _refuse(worker: Any, req_id: str, why: str) -> None:
+def _refuse(worker: Any, req_id: str, why: str, *, is_expired: bool = True) -> None:
     with worker.__dict__[LOCK]:
         worker.__dict__[REFUSED].add(req_id)
     stats = getattr(worker, "xfer_stats", None)
-    if stats is not None and hasattr(stats, "record_kv_expired_req"):
+    if is_expired and stats is not None and hasattr(stats, "record_kv_expired_req"):
         stats.record_kv_expired_req()
     logger.warning("%s %s: %s; its prompt is computed here instead", REFUSED_LOG_PREFIX, req_id, why)
 
@@ -172,7 +172,8 @@ def patch_failed_receive(cls: Any) -> None:
     def _handle_failed_transfer(self: Any, req_id: str, *args: Any, **kwargs: Any) -> Any:
         out = failed(self, req_id, *args, **kwargs)
         if self.__dict__.get(BOOK) is not None and getattr(self, "_is_hma_required", False):
-            _refuse(self, req_id, "its receive failed (vLLM 0.26 would answer from the blocks as they are)")
+            _refuse(self, req_id, "its receive failed (vLLM 0.26 would answer from the blocks as they are)",
+                    is_expired=False)  # vLLM counted it as a failed transfer
         return out
 
     cls._handle_failed_transfer = _handle_failed_transfer
