@@ -9,9 +9,10 @@
   decode answers 500 instead.
 - Decode failed: another decode server that is up. It gets the same kv_transfer_params only when the failed one never
   saw the request (the connection was refused): prefill's blocks are then untouched. Otherwise the failed decode may
-  have read them, and prefill frees blocks once a reader says it is done; a later READ of freed blocks is not
-  refused, it reads what is there now (prefill only logs "Potentially invalid KV blocks for unrecognized request",
-  ../shared/reference/vllm_cpu_pd_baseline.md), so the next decode computes the prompt itself. No decode left:
+  have read them, and prefill frees blocks once a reader says it is done; a later READ of blocks freed that way is
+  not refused (prefill only logs "Potentially invalid KV blocks for unrecognized request",
+  ../shared/reference/vllm_cpu_pd_baseline.md; decode's lease guard knows the lease's end, not an earlier free), so
+  the next decode computes the prompt itself. No decode left:
   prefill alone serves the request as a plain one (llm-d's fallback). The blocks it holds for the READ that never
   came are freed by vLLM at the end of the lease (kv_lease_duration, 30 s).
 - Prefill's lease (core/common/kv_lease.py): a decode hop that would begin past the end prefill stamped into its
