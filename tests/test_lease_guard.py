@@ -39,14 +39,26 @@ def test_a_heartbeat_moves_the_deadline_only_when_it_went_out_before_it(rounds, 
 def test_the_book_applies_heartbeats_sent_while_the_request_waited_and_forgets_untracked_ones():
     book = LeaseBook(extension_s=EXT)
     book.heartbeat("P", frozenset({"r1", "r2"}), 5.0, 5.1)
-    book.heartbeat("P", frozenset({"r1"}), 8.0, 8.1)  # r2 left the scheduler's list: its history goes
+    book.heartbeat("P", frozenset({"r1"}), 10.5, 10.6)  # r2 left the scheduler's list: its history goes
     assert ("P", "r2") not in book.rounds
-    assert book.track("d1", "P", "r1", first_deadline=10.0) == 28.0
+    assert book.track("d1", "P", "r1", first_deadline=10.0) == 30.5
     book.heartbeat("P", frozenset({"r1"}), 27.0, 27.5)
     book.heartbeat("Q", frozenset({"r1"}), 40.0, 40.1)  # another engine's r1 is another request
     assert book.deadline("d1") == 47.0
     book.finish("d1")
     assert book.deadline("d1") is None and ("P", "r1") not in book.rounds
+
+
+def test_heartbeats_every_step_are_kept_one_per_quarter_extension_which_only_moves_the_deadline_less():
+    """A lease under 6 s gets a heartbeat every scheduler step (lease // 6 == 0): a request waiting a minute must not
+    keep thousands of them. Each round only moves a deadline later, so keeping fewer is never unsafe."""
+    book = LeaseBook(extension_s=2.0)
+    rounds = [(i * 0.01, i * 0.01 + 0.001) for i in range(6000)]  # every 10 ms for 60 s
+    for t0, t1 in rounds:
+        book.heartbeat("P", frozenset({"r1"}), t0, t1)
+    assert len(book.rounds[("P", "r1")]) == 120  # one per 0.5 s
+    kept = book.track("d1", "P", "r1", first_deadline=2.0)
+    assert kept <= extended(2.0, rounds, 2.0) and kept >= 60.0 - 0.5 + 2.0 - 0.01
 
 
 def test_refusals_of_several_workers_merge():

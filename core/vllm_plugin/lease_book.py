@@ -64,8 +64,10 @@ class LeaseBook:
         """A heartbeat went to every agent of `engine_id`; ids the scheduler no longer lists are forgotten."""
         for key in [k for k in self.rounds if k[0] == engine_id and k[1] not in remote_ids]:
             del self.rounds[key]
-        for remote_id in remote_ids:
-            self.rounds.setdefault((engine_id, remote_id), []).append((t0, t1))
+        for remote_id in remote_ids:  # kept one per quarter extension: dropping a round only moves less (safe)
+            kept = self.rounds.setdefault((engine_id, remote_id), [])
+            if not kept or t0 - kept[-1][0] >= self.extension_s / 4:
+                kept.append((t0, t1))
         for lease in self.leases.values():
             if lease.engine_id == engine_id and lease.remote_id in remote_ids:
                 lease.deadline = extended(lease.deadline, [(t0, t1)], self.extension_s)
