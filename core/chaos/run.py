@@ -28,8 +28,8 @@ from hybridserve.core.launch.guard import wait_groups_gone
 from hybridserve.core.launch.health import health_status
 from hybridserve.core.launch.role_watch import RESTART_LOG, read_events
 from hybridserve.core.launch.timeline import read_events as read_timeline
-from hybridserve.core.vllm_plugin.peer_release import RELEASED_EVENT
 from hybridserve.core.validate.thresholds import Thresholds
+from hybridserve.core.vllm_plugin.peer_release import RELEASED_EVENT
 from hybridserve.core.vllm_plugin.timeline import TIMELINE_FILE
 
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
