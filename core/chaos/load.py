@@ -74,9 +74,10 @@ class Load:
         return list(self.sent)
 
     def body(self, index: int, *, is_stream: bool = False) -> dict:
-        """The request of pool prompt `index`: greedy, a fixed length, the top-2 logprobs of every token."""
+        """The request of pool prompt `index`: greedy, a fixed length, the top-2 logprobs of every token, tokens as
+        ids (two ids that decode to the same text stay two: validate's `is_token_ids`)."""
         return {"model": self.model, "prompt": self.prompts[index], "max_tokens": self.max_tokens, "temperature": 0.0,
-                "ignore_eos": True, "logprobs": 2, "stream": is_stream}
+                "ignore_eos": True, "logprobs": 2, "return_tokens_as_token_ids": True, "stream": is_stream}
 
     def _client(self, index: int) -> None:
         limits = httpx.Limits(keepalive_expiry=keepalive.IDLE_EXPIRY_S)
