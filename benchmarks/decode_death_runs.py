@@ -76,11 +76,12 @@ def one_run(load: Load, run_dir: Path, args: argparse.Namespace, victim: str) ->
         return list(pool.map(send, range(args.requests))), killed[0]
 
 
-def _fell_back(timeline: Path, rids: set[str]) -> int:
-    """Requests of `rids` that one role served alone (the proxy's `fallback` timeline events)."""
+def _proxy_events(timeline: Path, rids: set[str], event: str) -> int:
+    """Requests of `rids` with a proxy `event` in the timeline: `retry` (a hop tried on another server), `fallback`
+    (served by one role alone)."""
     if not timeline.is_file():
         return 0
-    return len({e["req"] for e in read_events(timeline) if e.get("event") == "fallback" and e.get("req") in rids})
+    return len({e["req"] for e in read_events(timeline) if e.get("event") == event and e.get("req") in rids})
 
 
 def main(argv: list[str]) -> int:
@@ -117,7 +118,9 @@ def main(argv: list[str]) -> int:
                 failed = [s for s in sent if not s.is_ok]
                 lines = _lines_naming({s.rid for s in failed}, run_dir / "proxy.log")
                 runs.append({"run": number + 1, "killed_role": victim, "failed": len(failed),
-                             "fell_back": _fell_back(tmp_path / "timeline.jsonl", {s.rid for s in sent}),
+                             "retried": _proxy_events(tmp_path / "timeline.jsonl", {s.rid for s in sent}, "retry"),
+                             "fell_back": _proxy_events(tmp_path / "timeline.jsonl", {s.rid for s in sent},
+                                                        "fallback"),
                              "wrong": sum(v is not None
                                                                                    for v in judged.values()),
                              "ok": sum(s.is_ok for s in sent), "killed": killed,
@@ -130,12 +133,12 @@ def main(argv: list[str]) -> int:
                 _kill_groups(folder)
     table = Table(title=f"one decode of two SIGKILLed after {args.kill_after} of {args.requests} non-streamed "
                         f"requests ({args.clients} clients, the others' API servers stopped {args.stall_s} s)")
-    for column in ("run", "killed", "ok", "failed", "wrong", "fell back", "first failure"):
+    for column in ("run", "killed", "ok", "failed", "wrong", "retried", "fell back", "first failure"):
         table.add_column(column)
     for run in runs:
         first = run["failures"][0]["told"] if run["failures"] else "-"
         table.add_row(str(run["run"]), run["killed_role"], str(run["ok"]), str(run["failed"]), str(run["wrong"]),
-                      str(run["fell_back"]), str(first)[:80])
+                      str(run["retried"]), str(run["fell_back"]), str(first)[:80])
     Console().print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(runs, indent=1) + "\n")

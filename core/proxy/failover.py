@@ -19,7 +19,8 @@
   kv_transfer_params (less the margin for clock skew) goes without them, and decode computes the prompt itself: the
   blocks may be freed and reused by now (counted as `dropped`, a `lease_dropped` timeline event). A decode that
   received them in time and still could not read them in time refuses the READ itself (core/vllm_plugin/lease_guard.py).
-- A role with no server up (health_watch.py) is routed around before a hop is tried.
+- A role with no server up (health_watch.py) is routed around before a hop is tried. A hop marks a server down only
+  when its connection was refused; a connection broken mid-request leaves that to the health probe.
 - At most MAX_FAILURES failures a request: the H200's decode engine died on a request (issue 30); retried on every
   server, such a request could stop them all.
 
@@ -84,8 +85,12 @@ class Route:
         logger.warning("hybridserve proxy: request %s: %s %s failed: %s", self.rid, err.role, err.url, err.reason)
         self.avoid.add(err.url)
         self.errors.append(err)
-        if err.is_transport:  # nothing answered there: down until a probe finds it again
+        if err.is_unsent:  # nothing listens there: down until a probe finds it again
             self.pools[err.role].health.mark_down(err.url, err.reason)
+        # A connection broken mid-request proves less: a server that died (its next connection is refused, and the
+        # probe, every second, marks it down), or one whose keep-alive reset a pooled connection (keepalive.py): marked
+        # down, that server took every request for HOP_DOWN_S elsewhere, and a 6 s stall of prefill's and the other
+        # decode's API servers after a decode's death left none up: 21 of 30 requests failed at once (issue 39).
         if len(self.errors) >= MAX_FAILURES:
             raise self.give_up()
 
