@@ -33,6 +33,7 @@ from hybridserve.core.chaos.burst import count_refused, send_burst, tally_burst
 from hybridserve.core.chaos.load import Load
 from hybridserve.core.chaos.reference import references
 from hybridserve.core.chaos.run import _kill_groups, _stop_launcher, start_launch
+from hybridserve.core.launch.timeline import breakdown
 from hybridserve.core.validate.deployments import default_model
 from hybridserve.core.validate.random_prompts import vocab_size
 from hybridserve.core.validate.thresholds import Thresholds
@@ -75,7 +76,8 @@ def run(args: argparse.Namespace) -> dict:
                 for log in run_dir.glob("*.log"):
                     (args.keep_logs / log.name).write_text(log.read_text(errors="replace")[-200_000:])
             return {"topology": topology(args, model), "result": asdict(result), "stall_probes": probes,
-                    "judging": {"thresholds": asdict(thresholds), "noise": asdict(noise)}}
+                    "judging": {"thresholds": asdict(thresholds), "noise": asdict(noise)},
+                    "timeline": breakdown(tmp_path / "timeline.jsonl")}  # where each request's time went
         finally:
             _stop_launcher(launcher)
             for folder in (tmp_path / "runs").glob("*/"):
@@ -110,6 +112,9 @@ def render(console: Console, out: dict) -> None:
     console.print(table)
     for one in r["wrong_answers"][:5] + [{"why": e} for e in r["errors_told"][:5]]:
         console.print(f"  {one}", markup=False, highlight=False, soft_wrap=True)
+    for gap in out["timeline"]["gaps"]:
+        console.print(f"  {gap['gap']}: p50 {gap['p50_ms']:.0f} ms, p90 {gap['p90_ms']:.0f} ms ({gap['count']})",
+                      markup=False, highlight=False)
     probes = out["stall_probes"]
     if probes["outcomes"]:
         console.print(f"decode stopped {engine['kv_lease_s'] + 7} s with the blocks reused: {probes['outcomes']}, "
