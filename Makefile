@@ -54,7 +54,7 @@ demo: $(STAMP)
 # Files whose every test is slow: the no-server stream does not even import them (each xdist worker would import
 # vLLM and NIXL for them: collection 6.3 s -> 3.3 s a process). A slow test elsewhere is still deselected by -m.
 SLOW_FILES := test_validate_pd test_chaos test_bench_served test_launch_pd test_gdn_dispatch_server test_transfer_nixl test_transfer_failures \
-  test_multihost_netns test_validate_random_pd test_ray_netns
+  test_multihost_netns test_validate_random_pd test_ray_netns test_lease_probes
 
 test: $(STAMP)
 	@mkdir -p runs

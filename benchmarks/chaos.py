@@ -6,12 +6,15 @@ feeds BENCHMARKS.md, "Role deaths under load (chaos), CPU".
         [--base-port 19600] [--out benchmarks/results/chaos.json] [--json] [--keep-logs DIR]
 
 Each `--kills` entry is one phase: the roles it SIGKILLs (`role@s`: s seconds after the phase's first kill); the
-load (3 clients back to back, every other request streamed) runs `--load-s` after the phase's last kill, then pauses
-until launch has brought every role back and the surviving engines' KV usage is idle (or the lease + 10 s). With
+load (3 clients back to back, every other request streamed, prompts from a pool of 8) runs `--load-s` after the
+phase's last kill, then pauses until launch has brought every role back and the surviving engines' KV usage is idle
+(or the lease + 10 s). The model is the trained recall model unless `--model` names another. With
 `--router vllm-router` the same deployment runs behind vLLM's router (the router extra), as a second table. On CUDA:
 `--device cuda --model /tmp/m60 --engine '{"max_model_len": 34816, "enforce_eager": true}'` (benchmarks/h200.sh
 chaos). Prints one table per front end and writes every count, KV sample and restart event as JSON; a run that stops
-in a phase (a role that never came back) still reports the phases before it, with the reason.
+in a phase (a role that never came back) still reports the phases before it, with the reason. Every OK answer is
+judged against prefill's own greedy answer to its prompt (core/chaos/reference.py, validate's near-tie rules):
+"wrong" counts those that are not it (HTTP 200 with another answer), and its goal is 0.
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ from rich.table import Table
 
 from hybridserve.core.chaos.run import ChaosResult, ChaosSpec, parse_phase, run_chaos
 
-COLUMNS = ("kill", "decode alive", "sent", "ok", "retried", "fell back", "failed", "unexcused", "lost", "refused",
-           "first ok s", "restart s", "KV idle s", "goals")
+COLUMNS = ("kill", "decode alive", "sent", "ok", "wrong", "retried", "fell back", "failed", "unexcused", "lost",
+           "refused", "first ok s", "restart s", "KV idle s", "goals")
 
 
 def render(console: Console, router: str, result: ChaosResult) -> None:
@@ -42,13 +45,21 @@ def render(console: Console, router: str, result: ChaosResult) -> None:
     for row in result.rows:
         held = next((h for phase, h in result.kv_held.items() if phase.split()[0] == row.kill.split()[0]), {})
         kv = ", ".join(f"{n} {'-' if s is None else s}" for n, s in held.items()) or "-"
-        table.add_row(row.kill, row.alive_decodes, str(row.sent), str(row.ok), str(row.retried), str(row.fell_back),
+        table.add_row(row.kill, row.alive_decodes, str(row.sent), str(row.ok), f"{row.wrong} of {row.judged}",
+                      str(row.retried), str(row.fell_back),
                       str(row.failed), str(row.unexcused), str(row.lost), str(row.refused),
                       _s(row.first_ok_s), _s(row.restart_s), kv, "; ".join(row.goals_met) or "-")
     console.print(table)
     if result.error:
         console.print(f"the run stopped before its last phase: {result.error}", markup=False, highlight=False,
                       soft_wrap=True)
+    limits = result.judging.get("thresholds") or {}
+    console.print(f"answers judged against {result.judging.get('reference', '-')}'s own (near-tie tolerance "
+                  f"{limits.get('near_tie_tolerance')}, drift limit {limits.get('max_logprob_drift')}); wrong: "
+                  f"{len(result.wrong)}", markup=False, highlight=False, soft_wrap=True)
+    for one in result.wrong[:5]:
+        console.print(f"  wrong: request {one['rid']} (prompt {one['prompt_index']}): {one['why']}", markup=False,
+                      highlight=False, soft_wrap=True)
     console.print(f"requests completed by each restarted engine after its restart: {result.served_again}")
     for kill, seconds in result.peer_released.items():
         console.print(f"decodes that gave back a dead engine's NIXL state after killing {kill}: {len(seconds)}, "
@@ -67,7 +78,8 @@ def as_dict(router: str, result: ChaosResult) -> dict:
             "kv_held_s": result.kv_held, "served_again": result.served_again, "left_running": result.left_running,
             "launch_exit": result.launch_exit, "restarts": result.restarts, "front_health": result.front_health,
             "failures": result.failures, "kills": result.kills, "peer_released_s": result.peer_released,
-            "kv_samples": [list(s) for s in result.kv_samples], "error": result.error}
+            "kv_samples": [list(s) for s in result.kv_samples], "error": result.error, "wrong": result.wrong,
+            "judging": result.judging}
 
 
 def main(argv: list[str]) -> int:

@@ -27,6 +27,10 @@
 #                                                     # benchmarks/chaos.py, 60 layers, one prefill and two decodes
 #                                                     # on GPU 0, in the background: call again until "chaos done";
 #                                                     # FLAGS passed through (--kills ...)
+#   bash benchmarks/h200.sh lease-burst [FLAGS]       # "Prefill's KV lease": benchmarks/lease_burst.py, 60 layers
+#                                                     # served as users serve (CUDA graphs, vLLM's GDN backend, async
+#                                                     # scheduling), a 5 s lease, a burst of 64 queued 8 deep on
+#                                                     # decode, every answer judged; FLAGS passed through
 #   bash benchmarks/h200.sh dead-peer [FLAGS]         # "A dead engine's GPU memory, held by its NIXL peer (H200)":
 #                                                     # benchmarks/nixl_dead_peer.py (nixl alone, no vLLM)
 #   bash benchmarks/h200.sh ipc-cache-cost [FLAGS]    # the same section: a READ's time by descriptor count, cuda_ipc
@@ -303,6 +307,21 @@ chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SI
   pack
 }
 
+lease_burst() {  # prefill and decode on GPU 0, a 5 s KV lease, decode 8 sequences at a time: 64 requests of 8k
+  # tokens at once, 128 out, so the last ones wait in decode's queue well past the lease. Served as users serve: no
+  # --enforce-eager (CUDA graphs), vLLM's own GDN prefill backend, async scheduling; --max-num-seqs and
+  # --max-model-len given (launch still writes its CPU-sized defaults on CUDA). One cold start (~280 s) and the
+  # reference answers (prefill's own, 16 prompts twice, 8 at a time) before the burst.
+  setup vllm
+  model_60_layers
+  run "$OUT/lease_burst.out" "$(left 10)" python3 benchmarks/lease_burst.py --device cuda --model $M60 \
+    --lease-s 5 --max-num-seqs 8 --max-model-len 16384 --requests 64 --num-prompts 16 --prompt-len 8192 \
+    --max-tokens 128 --stall-probes 2 --start-timeout "$(left 200)" --timeout 200 --base-port 8000 \
+    --out "$OUT/lease_burst.json" --keep-logs "$OUT/logs" "$@"
+  [ -n "$DRY" ] || tail -30 "$OUT/lease_burst.out"
+  pack
+}
+
 ipc_cache_cost() {  # a READ's time by descriptor count with cuda_ipc's mapping cache on (UCX's default) and off
   setup nixl
   run "$OUT/ipc_cache_cost.json" "$(left 10)" python3 benchmarks/nixl_ipc_cache_cost.py --descriptors 1 280 4096 16384 "$@"
@@ -352,10 +371,12 @@ case "$stage" in
   served-faults) served_step faults ;;
   served-stop) served_step stop ;;
   chaos) chaos "$@" ;;
+  lease-burst) lease_burst "$@" ;;
   dead-peer) dead_peer "$@" ;;
   ipc-cache-cost) ipc_cache_cost "$@" ;;
   cold-start) cold_start "$@" ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
-       "fallback-warning, served-start, served-bench, served-faults, served-stop, chaos, dead-peer or ipc-cache-cost" \
+       "fallback-warning, served-start, served-bench, served-faults, served-stop, cold-start, chaos, lease-burst," \
+       "dead-peer or ipc-cache-cost" \
        "(got '${stage}')"; exit 2 ;;
 esac

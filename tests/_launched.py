@@ -62,20 +62,25 @@ def _free_port(host: str) -> int:
 
 
 def topology_yaml(fault_file: Path, model: Path = RECALL_MODEL_DIR, max_model_len: int = 4096,
-                  proxy_timeout_s: int = 30) -> str:
+                  proxy_timeout_s: int = 30, engine: dict | None = None, env: dict | None = None) -> str:
+    """`engine`: more topology engine keys (kv_lease_s, max_num_seqs); `env`: more environment for both engines."""
     p, d = "127.0.0.2", "127.0.0.3"
-    return (f"model: {model}\ndevice: cpu\nengine: {{async_scheduling: true, max_model_len: {max_model_len}}}\n"
-            f"prefill:\n  - {{host: {p}, port: {_free_port(p)}, side_channel_port: {_free_port(p)}, devices: [0]}}\n"
+    keys = {"async_scheduling": True, "max_model_len": max_model_len, **(engine or {})}
+    more = "".join(f", {k}: '{v}'" for k, v in (env or {}).items())
+    return (f"model: {model}\ndevice: cpu\nengine: {json.dumps(keys)}\n"
+            f"prefill:\n  - {{host: {p}, port: {_free_port(p)}, side_channel_port: {_free_port(p)}, devices: [0], "
+            f"env: {{{more[2:]}}}}}\n"
             f"decode:\n  - {{host: {d}, port: {_free_port(d)}, side_channel_port: {_free_port(d)}, "
-            f"devices: [{max(0, (os.cpu_count() or 1) - 1)}], env: {{{FAULT_FILE_ENV}: '{fault_file}'}}}}\n"
+            f"devices: [{max(0, (os.cpu_count() or 1) - 1)}], env: {{{FAULT_FILE_ENV}: '{fault_file}'{more}}}}}\n"
             f"proxy: {{host: 127.0.0.1, port: {_free_port('127.0.0.1')}, timeout_s: {proxy_timeout_s}}}\n")
 
 
-def launch_all(tmp: Path, model: Path = RECALL_MODEL_DIR, max_model_len: int = 4096, proxy_timeout_s: int = 30):
+def launch_all(tmp: Path, model: Path = RECALL_MODEL_DIR, max_model_len: int = 4096, proxy_timeout_s: int = 30,
+               engine: dict | None = None, env: dict | None = None):
     """Start `launch --role all` in `tmp`; yields the Launched deployment, stops it on the way out."""
     fault_file = tmp / "fault"
     fault_file.write_text("")
-    (tmp / "topology.yaml").write_text(topology_yaml(fault_file, model, max_model_len, proxy_timeout_s))
+    (tmp / "topology.yaml").write_text(topology_yaml(fault_file, model, max_model_len, proxy_timeout_s, engine, env))
     out, err = open(tmp / "launch.out", "w+"), open(tmp / "launch.err", "w+")
     # --restart never: launch_pd's last tests hold launch to issue 12's contract (decode dies, every role stops)
     launcher = subprocess.Popen([*LAUNCH, "--topology", str(tmp / "topology.yaml"), "--role", "all", "--json",

@@ -1,7 +1,8 @@
 """The chaos bench on CPU (core/chaos/run.py): `launch --restart on-failure` with one prefill and two decode
-instances of the tiny model, a bounded load through the project's proxy, then SIGKILL decode-0 (decode-1 alive for
-8 s), decode-1 (no decode left), then prefill, then the proxy, each phase once launch has brought the roles back. The
-goals are asserted from counted requests, not from logs. About 4-5 minutes on 2 cores (vLLM restarts: 60-110 s)."""
+instances of the trained recall model, a bounded load through the project's proxy, then SIGKILL decode-0 (decode-1
+alive for 8 s), decode-1 (no decode left), then prefill, then the proxy, each phase once launch has brought the roles
+back. The goals are asserted from counted requests and judged answers, not from logs. About 4-5 minutes on 2 cores
+(vLLM restarts: 60-110 s)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ def test_no_request_fails_unless_it_had_begun_streaming_when_its_role_died(chaos
     for row in chaos.rows:
         assert row.unexcused == 0, (row, chaos.failures)
         assert row.sent > 0, row  # the load reached every phase
+
+
+def test_every_ok_answer_is_prefills_own_answer_to_its_prompt(chaos):
+    """Judged under validate's near-tie rules (core/chaos/reference.py); a wrong 200 is the worst outcome there is."""
+    for row in chaos.rows:
+        assert row.wrong == 0, (row, chaos.wrong)
+        assert row.judged == row.ok > 0, row  # every OK answer came with its logprobs and was judged
+    assert chaos.judging["reference"] == "prefill-0"
 
 
 def test_with_a_second_decode_alive_every_request_is_served_by_it(chaos):

@@ -137,6 +137,22 @@ def test_no_role_process_listens_beyond_loopback(deployment):
         assert len(addresses) >= 3, addresses  # + the NIXL side channel and UCX's listeners: the check sees them
 
 
+def test_a_decode_stopped_40_s_past_the_30_s_lease_with_the_blocks_reused_answers_right(deployment):
+    """Issue 39's probe at vLLM's own lease: vLLM's two hops (the proxy's 30 s hop timeout here would end the
+    request first), the decode hop sent to a decode SIGSTOPped for 40 s while prefill frees the blocks at 30 s and
+    three other prompts take them. Without the lease guard decode answered 200 with 1 token of 16 (issue 39)."""
+    from hybridserve.core.chaos import stall
+    from hybridserve.core.vllm_plugin.lease_guard import REFUSED_LOG_PREFIX
+
+    prefill = deployment.endpoints["prefill-0"]
+    probe = stall.Probe(model=MODEL, prompt=RECALL_PROMPT, max_tokens=16)
+    before = deployment.log("decode-0").count(REFUSED_LOG_PREFIX)
+    result = stall.stalled_decode(deployment.proxy, prefill, deployment.pid("decode-0"), probe,
+                                  stall.reference(prefill, probe), stop_s=40, lease_s=30, decode_url=deployment.decode)
+    assert result.outcome is stall.Outcome.RIGHT, result
+    assert deployment.log("decode-0").count(REFUSED_LOG_PREFIX) == before + 1  # the guard refused the READ
+
+
 def _kill_decode_while_it_generates(deployment, received_before: int, timeout_s: float = 60.0) -> None:
     """SIGKILL decode's API server (not its group: the launcher stops the rest) once the request's state has
     arrived over NIXL (a new "NIXL received" line in decode's log) or decode's metrics show a request running. Not

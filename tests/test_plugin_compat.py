@@ -165,20 +165,27 @@ def test_the_armed_patches_follow_the_environment():
     assert names == {"torchvision_shim", "async_scheduling.scheduler_log", "transfer_log", "cpu_conv_layout"}
     env = {"HYBRIDSERVE_FAULT_FILE": "/tmp/f", "HYBRIDSERVE_NIXL_POLL": "1", "HYBRIDSERVE_TIMELINE_FILE": "/tmp/t",
            "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING": "1", "HYBRIDSERVE_CPU_CORES": "1",
-           "HYBRIDSERVE_RELEASE_DEAD_PEERS": "1"}
+           "HYBRIDSERVE_RELEASE_DEAD_PEERS": "1", "HYBRIDSERVE_LEASE_GUARD": "1"}
     assert {s.name for s in armed_specs(env)} - names == {
-        "faults", "nixl_poll", "timeline", "async_scheduling.keep_async", "cpu_affinity", "peer_release"}
+        "faults", "nixl_poll", "timeline", "async_scheduling.keep_async", "cpu_affinity", "peer_release",
+        "lease_stamp", "lease_guard"}
 
 
 def test_preflight_refuses_a_fault_switch_on_a_vllm_without_its_names(tree):
     topology = local_topology(base_port=40000)
-    plan = make_launch_plan(topology, Role.ALL)
     index_for = compat.tree_index(tree)
+    with pytest.raises(InputError, match=r"^prefill-0: hybridserve plugin: patch lease_stamp .*: no module "
+                       r"vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler; accepted"):
+        check_plugin(make_launch_plan(topology, Role.ALL), environ={}, version=V026, index_for=index_for)
+    off = (("HYBRIDSERVE_LEASE_GUARD", "0"),)  # launch arms the lease guard on both roles; an instance may turn it off
+    topology = replace(topology, prefill=(replace(topology.prefill[0], env=off),),
+                       decode=(replace(topology.decode[0], env=off),))
+    plan = make_launch_plan(topology, Role.ALL)
     check_plugin(plan, environ={}, version=V026, index_for=index_for)  # nothing requested: only always-on patches
     with pytest.raises(InputError, match=r"^prefill-0: hybridserve plugin: patch faults \(supports vLLM 0.26, 0.32\) "
                        r"cannot run on vllm 0.26.0: no module vllm.v1.kv_cache_interface; accepted"):
         check_plugin(plan, environ={"HYBRIDSERVE_FAULT_FILE": "/tmp/f"}, version=V026, index_for=index_for)  # every engine inherits it
-    decode = replace(topology.decode[0], env=(("HYBRIDSERVE_TIMELINE_FILE", "/tmp/t"),))
+    decode = replace(topology.decode[0], env=(*off, ("HYBRIDSERVE_TIMELINE_FILE", "/tmp/t")))
     plan = make_launch_plan(replace(topology, decode=(decode,)), Role.ALL)
     with pytest.raises(InputError, match="^decode-0: hybridserve plugin: patch timeline .*: no Scheduler.add_request"):
         check_plugin(plan, environ={}, version=V026, index_for=index_for)

@@ -30,8 +30,9 @@ def prefill_answer(finish_reason="length", logprobs=None, kv=KV):
 class Servers:
     """Scripted backends; records every request; `fail` maps a host to an exception or a status code."""
 
-    def __init__(self, *, fail=None, stream_chunks=None, prefill_answer=None):
+    def __init__(self, *, fail=None, stream_chunks=None, prefill_answer=None, decode_params=None):
         self.seen: list[tuple[str, dict, str]] = []
+        self.decode_params = decode_params  # the kv_transfer_params of decode's answers (vLLM: none)
         self.fail = {host: list(f) if isinstance(f, list) else f for host, f in (fail or {}).items()}
         self.stream_chunks = stream_chunks
         self.prefill_answer = prefill_answer if prefill_answer is not None else globals()["prefill_answer"]()
@@ -57,7 +58,7 @@ class Servers:
         usage = {"prompt_tokens": len(body["prompt"]) if isinstance(body.get("prompt"), list) else 3,
                  "completion_tokens": 2, "total_tokens": 0}
         return httpx.Response(200, json={"choices": [{"text": "ok", "token_ids": [8, 9], "finish_reason": "length"}],
-                                         "usage": usage, "served_by": host})
+                                         "usage": usage, "served_by": host, "kv_transfer_params": self.decode_params})
 
 
 class _Stream(httpx.AsyncByteStream):

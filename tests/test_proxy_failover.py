@@ -150,6 +150,19 @@ def test_a_stream_that_has_begun_is_not_retried_and_ends_with_the_error_event():
     assert [h for h, _, _ in servers.seen] == ["p1", "d1"] and "retries_total{" not in metrics
 
 
+@pytest.mark.parametrize("source", SOURCES)
+def test_a_connection_broken_mid_request_does_not_mark_the_server_down(source, events):
+    """A keep-alive reset after a stall (core/common/keepalive.py) breaks one pooled connection of a server that still
+    listens: the next request goes there again (a refused connection marks it down: the first test above)."""
+    servers = Servers(fail={"d1": [httpx.ReadError("reset"), None]})
+    with _client(servers, first_token=source) as client:
+        first, _ = _post(client, {"prompt": "hi", "max_tokens": 8})
+        second, metrics = _post(client, {"prompt": "hi", "max_tokens": 8})
+    assert first.status_code == second.status_code == 200
+    assert [h for h, _, _ in servers.seen] == ["p1", "d1", "p1", "p1", "d1"]  # prefill alone, then d1 again
+    assert _metric(metrics, 'hybridserve_proxy_server_up{role="decode",url="http://d1:1"} 1')
+
+
 def test_a_hop_marks_a_server_down_for_a_while_and_a_probe_for_good(monkeypatch):
     health = EndpointHealth((D1,))
     clock = [1000.0]

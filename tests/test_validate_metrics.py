@@ -47,6 +47,28 @@ def test_near_tie_divergence_is_forgiven():
     assert not c.is_near_tie and c.num_agreed_tokens == 2
 
 
+def test_an_answer_cut_short_is_never_a_near_tie():
+    """Issue 39's wrong 200: 1 token where the reference has 16. At a near-tie of the reference the candidate chose
+    nothing at all, so noise cannot explain it; the same divergence with a token chosen is still forgiven."""
+    base = comp(["a", "b", "c", "d"], gaps=[5, 0.01, 5, 5])
+    c = compare(0, EX, base, comp(["a"]), near_tie_tolerance=0.02)
+    assert (c.first_divergence, c.is_near_tie, c.num_agreed_tokens) == (1, False, 1)
+    assert c.regression(0.05).startswith("diverged at token 1")
+    assert compare(0, EX, base, comp(["a", "x", "y", "z"]), near_tie_tolerance=0.02).is_near_tie
+
+
+def test_one_answer_is_judged_against_the_reference_by_the_same_rules():
+    from hybridserve.core.validate.judge import wrong_reason
+
+    ref = comp(["a", "b", "c", "d"], gaps=[5, 0.01, 5, 5])
+    assert wrong_reason(ref, comp(["a", "b", "c", "d"]), Thresholds()) is None
+    assert wrong_reason(ref, comp(["a", "x", "y", "z"]), Thresholds()) is None  # the reference's near-tie
+    assert wrong_reason(ref, comp(["a", "b", "x", "d"]), Thresholds()).startswith("diverged at token 2")
+    assert wrong_reason(ref, comp(["a"]), Thresholds()).startswith("diverged at token 1")
+    drifted = comp(["a", "b", "c", "d"], logprobs=[-0.3] * 4)
+    assert wrong_reason(ref, drifted, Thresholds()).startswith("mean logprob drift 0.2")
+
+
 def test_drift_is_measured_only_before_the_divergence():
     base = comp(["a", "b", "c"], logprobs=[-0.1, -0.2, -0.3])
     cand = comp(["a", "b", "x"], logprobs=[-0.15, -0.1, -9.0])

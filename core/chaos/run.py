@@ -1,7 +1,8 @@
 """One chaos run: `launch --restart on-failure` as a user starts it (a topology with one prefill and one or two
 decode instances), a bounded load through its front door, then for each kill: SIGKILL the roles' process groups,
 keep the load on for `load_s`, pause it, wait for launch to bring them back and, where prefill survived, for its KV
-usage to be back at idle (vLLM frees blocks no decode read at the end of the lease, kv_lease_s); then resume.
+usage to be back at idle (vLLM frees blocks no decode read at the end of the lease, kv_lease_s); then resume. Every
+OK answer is judged against prefill's own greedy answer to its prompt, asked before the first kill (reference.py).
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from pathlib import Path
 import httpx
 
 from hybridserve.core.chaos.load import KvSampler, Load
-from hybridserve.core.chaos.tally import Kill, KillRow, held_seconds, released_seconds, tally
+from hybridserve.core.chaos.reference import prompt_pool, references
+from hybridserve.core.chaos.tally import Kill, KillRow, held_seconds, released_seconds, tally, verdicts
 from hybridserve.core.launch.guard import wait_groups_gone
 from hybridserve.core.launch.health import health_status
 from hybridserve.core.launch.role_watch import RESTART_LOG, read_events
 from hybridserve.core.launch.timeline import read_events as read_timeline
+from hybridserve.core.validate.thresholds import Thresholds
 from hybridserve.core.vllm_plugin.peer_release import RELEASED_EVENT
 from hybridserve.core.vllm_plugin.timeline import TIMELINE_FILE
 
@@ -41,7 +44,7 @@ class ChaosSpec:
     num_decodes: int = 2
     router: str = "hybridserve"
     base_port: int = 19600
-    model: Path | None = None  # None: the shipped tiny model
+    model: Path | None = None  # None: the trained recall model (validate's default), else launch's tiny model
     device: str = "cpu"
     engine: dict = field(default_factory=dict)  # topology `engine:` keys (max_model_len, enforce_eager, ...)
     num_clients: int = 3
@@ -51,6 +54,9 @@ class ChaosSpec:
     kv_lease_s: int = 30
     start_timeout_s: float = 420.0
     keep_logs: Path | None = None  # where the run folder's logs, restart events and launch's output are copied
+    num_prompts: int = 8  # the load's prompt pool (reference.py)
+    env: dict = field(default_factory=dict)  # more environment for every engine instance (topology `env`)
+    thresholds: Thresholds = field(default_factory=Thresholds)  # the floor of the judging limits (reference.py)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +74,8 @@ class ChaosResult:
     # prefill kill (row label) -> seconds from it to each decode's release of the dead engine's NIXL state
     peer_released: dict[str, list[float]] = field(default_factory=dict)
     error: str | None = None  # why the run stopped before its last phase: the rows hold what was measured until then
+    wrong: list[dict] = field(default_factory=list)  # every OK answer judged wrong: request, prompt, why
+    judging: dict = field(default_factory=dict)  # the thresholds the answers were judged with and the noise behind them
 
 
 @dataclass
@@ -78,6 +86,9 @@ class _SoFar:
     kv_held: dict[str, dict[str, float | None]] = field(default_factory=dict)  # phase -> survivor -> s idle after
     served_again: dict[str, int] = field(default_factory=dict)
     down_seen: dict[str, object] = field(default_factory=dict)
+    references: list = field(default_factory=list)  # prefill's answer to each pool prompt
+    thresholds: Thresholds | None = None
+    judging: dict = field(default_factory=dict)
 
 
 def parse_phase(text: str) -> tuple[tuple[float, str], ...]:
@@ -93,12 +104,12 @@ def topology_yaml(spec: ChaosSpec) -> str:
     b, cores = spec.base_port, max(1, os.cpu_count() or 1)
     last = cores - 1 if spec.device == "cpu" else 0
     engine = {"kv_lease_s": spec.kv_lease_s, **spec.engine}
-    decodes = [{"port": b + 200 + i, "side_channel_port": b + 250 + i, "devices": [last]}
+    decodes = [{"port": b + 200 + i, "side_channel_port": b + 250 + i, "devices": [last], "env": spec.env}
                for i in range(spec.num_decodes)]
     proxy = {"port": b, "timeout_s": 60, **({"kind": "vllm-router", "metrics_port": b + 50}
                                             if spec.router == "vllm-router" else {})}
-    return json.dumps({"model": str(spec.model) if spec.model else None, "device": spec.device, "engine": engine,
-                       "prefill": [{"port": b + 100, "side_channel_port": b + 150, "devices": [0]}],
+    return json.dumps({"model": str(_model(spec)), "device": spec.device, "engine": engine,
+                       "prefill": [{"port": b + 100, "side_channel_port": b + 150, "devices": [0], "env": spec.env}],
                        "decode": decodes, "proxy": proxy})  # JSON is YAML
 
 
@@ -106,16 +117,13 @@ def run_chaos(spec: ChaosSpec, *, on_phase: Callable[[str], None] | None = None)
     note = on_phase or (lambda _m: None)
     with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
         tmp_path = Path(tmp)
-        topology = json.loads(topology_yaml(spec))
-        if topology["model"] is None:
-            topology.pop("model")
-        (tmp_path / "topology.yaml").write_text(json.dumps(topology))
+        (tmp_path / "topology.yaml").write_text(topology_yaml(spec))
         launcher = None
         try:
             launcher, run_dir, endpoints = _launch(tmp_path, spec)
             engines = {name: url for name, url in endpoints.items() if name != "proxy"}
-            load = Load(endpoints["proxy"], _model_name(spec), num_clients=spec.num_clients,
-                        max_tokens=spec.max_tokens)
+            load = Load(endpoints["proxy"], _model_name(spec), prompt_pool(spec.num_prompts),
+                        num_clients=spec.num_clients, max_tokens=spec.max_tokens)
             sampler = KvSampler(engines).start()
             load.start()
             so_far, error = _SoFar(), None
@@ -133,14 +141,20 @@ def run_chaos(spec: ChaosSpec, *, on_phase: Callable[[str], None] | None = None)
 
 
 def _launch(tmp: Path, spec: ChaosSpec) -> tuple[subprocess.Popen, Path, dict[str, str]]:
-    """launch --role all in its own session, as a user starts it; its run folder and endpoints once it reports them
-    (it is SIGKILLed, with its group, when it does not)."""
+    return start_launch(tmp, timeout_s=spec.start_timeout_s)
+
+
+def start_launch(tmp: Path, *, timeout_s: float,
+                 restart: str = "on-failure") -> tuple[subprocess.Popen, Path, dict[str, str]]:
+    """launch --role all of `tmp`/topology.yaml in its own session, as a user starts it, the timeline on
+    (`tmp`/timeline.jsonl); its run folder and endpoints once it reports them (it is SIGKILLed, with its group, when
+    it does not)."""
     env = {**os.environ, TIMELINE_FILE: str(tmp / "timeline.jsonl")}
     out, err = open(tmp / "launch.out", "w+"), open(tmp / "launch.err", "w+")
     launcher = subprocess.Popen([*LAUNCH, "--topology", str(tmp / "topology.yaml"), "--role", "all", "--json",
-                                 "--run-dir", str(tmp / "runs"), "--timeout", str(spec.start_timeout_s),
-                                 "--restart", "on-failure"], stdout=out, stderr=err, env=env, start_new_session=True)
-    deadline = time.monotonic() + spec.start_timeout_s + 60
+                                 "--run-dir", str(tmp / "runs"), "--timeout", str(timeout_s),
+                                 "--restart", restart], stdout=out, stderr=err, env=env, start_new_session=True)
+    deadline = time.monotonic() + timeout_s + 60
     while time.monotonic() < deadline:
         text = (tmp / "launch.out").read_text()
         if text.strip().endswith("}"):
@@ -162,6 +176,12 @@ def _stop_launcher(launcher: subprocess.Popen | None) -> None:
 def _phases(spec: ChaosSpec, run_dir: Path, endpoints: dict[str, str], engines: dict[str, str], load: Load,
             sampler: KvSampler, so_far: _SoFar, note: Callable[[str], None]) -> None:
     _wait_first_ok(load, timeout_s=spec.start_timeout_s)  # the first P/D request also makes the NIXL handshake
+    _wait_all_up(endpoints, timeout_s=spec.start_timeout_s)
+    note("asking prefill for the reference answers")
+    answers, thresholds, noise = references(endpoints["prefill-0"], [load.body(i) for i in range(len(load.prompts))],
+                                            spec.thresholds)
+    so_far.references, so_far.thresholds = answers, thresholds
+    so_far.judging = {"thresholds": asdict(thresholds), "noise": asdict(noise), "reference": "prefill-0"}
     for number, phase in enumerate(spec.kills, start=1):
         _wait_all_up(endpoints, timeout_s=spec.start_timeout_s)
         time.sleep(spec.steady_s)
@@ -197,11 +217,15 @@ def _finish(launcher: subprocess.Popen, run_dir: Path, tmp: Path, load: Load, sa
                                         and e["event"] in ("retry", "fallback", "hop1_start", "hop2_start")],
                              "proxy_log": proxy_lines.get(s.rid, [])}
                 for s in failed]
-    return ChaosResult(rows=tally(sent, so_far.kills, events, restarts), kv_held=so_far.kv_held,
+    judged = verdicts(sent, so_far.references, so_far.thresholds) if so_far.thresholds is not None else {}
+    wrong = [{"rid": s.rid, "prompt_index": s.prompt_index, "is_stream": s.is_stream, "end": s.end,
+              "why": judged[s.rid], "text": s.answer.text if s.answer else None} for s in sent if judged.get(s.rid)]
+    return ChaosResult(rows=tally(sent, so_far.kills, events, restarts, judged), kv_held=so_far.kv_held,
                        served_again=so_far.served_again, left_running=left, launch_exit=code, kv_samples=samples,
                        restarts=restarts, front_health=so_far.down_seen, failures=failures,
                        kills=[{"t": k.t, "label": k.label} for k in so_far.kills],
-                       peer_released=released_seconds(so_far.kills, events, RELEASED_EVENT), error=error)
+                       peer_released=released_seconds(so_far.kills, events, RELEASED_EVENT), error=error,
+                       wrong=wrong, judging=so_far.judging)
 
 
 def _lines_naming(rids: set[str], log: Path, *, most: int = 10) -> dict[str, list[str]]:
@@ -314,10 +338,14 @@ def _successes(url: str) -> int:
     return int(sum(float(v) for v in _SUCCESS.findall(text)))
 
 
-def _model_name(spec: ChaosSpec) -> str:
-    from hybridserve.core.launch.topology import TINY_MODEL_DIR
+def _model(spec: ChaosSpec) -> Path:
+    from hybridserve.core.validate.deployments import default_model
 
-    return (spec.model or TINY_MODEL_DIR).resolve().name
+    return (spec.model or default_model()).resolve()
+
+
+def _model_name(spec: ChaosSpec) -> str:
+    return _model(spec).name
 
 
 def _run_groups(run_dir: Path) -> list[int]:

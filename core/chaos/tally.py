@@ -9,8 +9,11 @@ A request belongs to the last kill before it ended (requests that ended before t
   is counted apart (`refused`);
 - first ok s: from the kill to the end of the first request sent after it that succeeded (whichever row it is in);
 - restart s: from the kill to launch's `serving` event of the last role killed (role_watch.py);
-- goals: no unexcused failure; a decode killed while another is alive: no failure but begun streams and no
-  fallback; first ok within restart + RECOVERY_SLACK_S.
+- judged / wrong: each OK answer is compared with one server's greedy answer to its prompt (prefill's own, asked
+  once per prompt of the pool: run.py) under validate's rules (core/validate/judge.py); `wrong` is an OK answer that
+  is not that answer (HTTP 200 with another answer: the worst outcome, issue 39);
+- goals: no unexcused failure; no wrong answer; a decode killed while another is alive: no failure but begun
+  streams and no fallback; first ok within restart + RECOVERY_SLACK_S.
 """
 
 from __future__ import annotations
@@ -19,6 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hybridserve.core.chaos.load import Sent
+from hybridserve.core.validate.client import Completion
+from hybridserve.core.validate.judge import wrong_reason
+from hybridserve.core.validate.thresholds import Thresholds
 
 RECOVERY_SLACK_S = 5.0
 
@@ -51,6 +57,8 @@ class KillRow:
     unexcused: int
     lost: int
     refused: int
+    judged: int  # OK answers compared with the reference (an answer without logprobs cannot be)
+    wrong: int  # OK answers that are not the reference's answer
     first_ok_s: float | None
     restart_s: float | None
     goals_met: tuple[str, ...]  # the goals this row checks, each "name: yes" or "name: NO"
@@ -78,19 +86,26 @@ def restart_seconds(kill: Kill, restarts: Sequence[dict]) -> float | None:
     return round(max(backs) - kill.t, 2)
 
 
-def tally(sent: Sequence[Sent], kills: Sequence[Kill], timeline: Sequence[dict],
-          restarts: Sequence[dict]) -> list[KillRow]:
+def verdicts(sent: Sequence[Sent], references: Sequence[Completion], thresholds: Thresholds) -> dict[str, str | None]:
+    """Request id -> why its OK answer is wrong (None: right), for every OK answer that came with logprobs."""
+    return {s.rid: wrong_reason(references[s.prompt_index], s.answer, thresholds) for s in sent
+            if s.is_ok and s.answer is not None and s.prompt_index < len(references)}
+
+
+def tally(sent: Sequence[Sent], kills: Sequence[Kill], timeline: Sequence[dict], restarts: Sequence[dict],
+          judged: dict[str, str | None] | None = None) -> list[KillRow]:
     retried, fell = failover_ids(timeline)
+    judged = judged or {}
     order = sorted(kills, key=lambda k: k.t)
-    rows = [_row(None, [s for s in sent if not order or s.end < order[0].t], sent, retried, fell, restarts)]
+    rows = [_row(None, [s for s in sent if not order or s.end < order[0].t], sent, retried, fell, restarts, judged)]
     for i, kill in enumerate(order):
         until = order[i + 1].t if i + 1 < len(order) else float("inf")
-        rows.append(_row(kill, [s for s in sent if kill.t <= s.end < until], sent, retried, fell, restarts))
+        rows.append(_row(kill, [s for s in sent if kill.t <= s.end < until], sent, retried, fell, restarts, judged))
     return rows
 
 
 def _row(kill: Kill | None, mine: list[Sent], sent: Sequence[Sent], retried: set[str], fell: set[str],
-         restarts: Sequence[dict]) -> KillRow:
+         restarts: Sequence[dict], judged: dict[str, str | None]) -> KillRow:
     proxy_killed = kill is not None and "proxy" in kill.roles
     lost = [s for s in mine if proxy_killed and not s.is_ok and not s.is_refused and s.error_role == "proxy"
             and s.start < kill.t]
@@ -101,7 +116,9 @@ def _row(kill: Kill | None, mine: list[Sent], sent: Sequence[Sent], retried: set
     after = [s.end - kill.t for s in sent if kill is not None and s.is_ok and s.start >= kill.t]  # any row's
     first_ok = round(min(after), 2) if after else None
     restart = restart_seconds(kill, restarts) if kill is not None else None
-    goals = [f"no unexcused failure: {'yes' if not unexcused else 'NO'}"]
+    wrong = [s for s in mine if judged.get(s.rid) is not None]
+    goals = [f"no unexcused failure: {'yes' if not unexcused else 'NO'}",
+             f"no wrong answer: {'yes' if not wrong else 'NO'}"]
     if kill is not None and kill.is_decode and kill.alive_decodes:
         clean = not [s for s in failed if s not in begun] and not any(s.rid in fell for s in mine)
         goals.append(f"all served with a decode alive: {'yes' if clean else 'NO'}")
@@ -112,7 +129,8 @@ def _row(kill: Kill | None, mine: list[Sent], sent: Sequence[Sent], retried: set
                    if kill else "all", sent=len(mine), ok=sum(s.is_ok for s in mine),
                    retried=sum(s.rid in retried for s in mine), fell_back=sum(s.rid in fell for s in mine),
                    failed=len(failed), unexcused=len(unexcused), lost=len(lost), refused=len(refused),
-                   first_ok_s=first_ok, restart_s=restart, goals_met=tuple(goals))
+                   judged=sum(s.rid in judged for s in mine), wrong=len(wrong), first_ok_s=first_ok, restart_s=restart,
+                   goals_met=tuple(goals))
 
 
 def held_seconds(samples: Sequence[tuple[float, str, float | None]], name: str, since: float,

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from hybridserve.core.common import keepalive
 from hybridserve.core.launch.async_scheduling import resolve as resolve_async
 from hybridserve.core.launch.bind_env import listener_env
 from hybridserve.core.launch.engine_limits import EngineLimits, resolve_limits
@@ -152,13 +153,15 @@ def engine_env(topology: Topology, instance: EngineInstance, more: tuple[tuple[s
                role: str | None = None) -> tuple[tuple[str, str], ...]:
     """Only the variables launch sets; the child inherits the rest of the caller's environment.
     `more` (placement: UCX) comes before the instance's own env, which is applied last. A decode engine gives back
-    a dead prefill's NIXL state (core/vllm_plugin/peer_release.py)."""
+    a dead prefill's NIXL state (core/vllm_plugin/peer_release.py); both P/D roles run the KV lease guard."""
     engine = topology.engine
     env = {
         CONV_LAYOUT_ENV: REQUIRED_CONV_LAYOUT,
         "VLLM_NIXL_SIDE_CHANNEL_HOST": instance.host,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(instance.side_channel_port),
         "VLLM_LOGGING_COLOR": "0",
+        # idle connections outlive a stalled engine's pause: the proxy's request is read, not reset (keepalive.py)
+        "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(keepalive.server_idle_s(topology.proxy.timeout_s)),
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": STARTUP_DIR,  # prepended to the caller's PYTHONPATH when the role starts
     }
@@ -177,6 +180,8 @@ def engine_env(topology: Topology, instance: EngineInstance, more: tuple[tuple[s
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in instance.devices)
     if role == "decode":
         env[plugin_settings.RELEASE_DEAD_PEERS] = "1"
+    if role in KV_ROLES:  # prefill stamps its KV lease, decode reads only inside it (core/vllm_plugin/lease_guard.py)
+        env[plugin_settings.LEASE_GUARD] = "1"
     env.update(listener_env(instance.host))  # UCX, gloo and vLLM listen on the instance's address only
     env.update(dict(more))
     env.update(dict(instance.env))

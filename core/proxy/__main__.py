@@ -44,10 +44,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
+    from hybridserve.core.common import keepalive
     from hybridserve.core.proxy.app import create_app
 
     config, host, port = parse_args(argv)
-    uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False)
+    # a client's request on an idle connection is read after a stall of the proxy's loop, not reset (keepalive.py)
+    uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False,
+                timeout_keep_alive=keepalive.server_idle_s(config.timeout_s))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from hybridserve.core.common import keepalive
+from hybridserve.core.common import keepalive, kv_lease
 from hybridserve.core.launch.topology import FirstTokenSource
 from hybridserve.core.proxy import eligibility, failover, first_token, hops, relay
 from hybridserve.core.proxy.auth import BearerGuard
@@ -148,7 +148,10 @@ def _sender(client: httpx.AsyncClient, route: failover.Route, metrics: ProxyMetr
         pool = route.pools[role]
         if not is_stream:
             with pool.held(url):
-                return await _timed(metrics, role, hops.post_json(client, role, url, path, body, headers))
+                answer = await _timed(metrics, role, hops.post_json(client, role, url, path, body, headers))
+            if kv_lease.is_refused(answer):  # decode's lease guard computed the prompt itself
+                metrics.lease["refused"] += 1
+            return answer
         pool.outstanding[url] += 1
         try:
             return await relay.open_stream(client, role, url, path, body, headers)

@@ -9,12 +9,18 @@
   decode answers 500 instead.
 - Decode failed: another decode server that is up. It gets the same kv_transfer_params only when the failed one never
   saw the request (the connection was refused): prefill's blocks are then untouched. Otherwise the failed decode may
-  have read them, and prefill frees blocks once a reader says it is done; a later READ of freed blocks is not
-  refused, it reads what is there now (prefill only logs "Potentially invalid KV blocks for unrecognized request",
-  ../shared/reference/vllm_cpu_pd_baseline.md), so the next decode computes the prompt itself. No decode left:
+  have read them, and prefill frees blocks once a reader says it is done; a later READ of blocks freed that way is
+  not refused (prefill only logs "Potentially invalid KV blocks for unrecognized request",
+  ../shared/reference/vllm_cpu_pd_baseline.md; decode's lease guard knows the lease's end, not an earlier free), so
+  the next decode computes the prompt itself. No decode left:
   prefill alone serves the request as a plain one (llm-d's fallback). The blocks it holds for the READ that never
   came are freed by vLLM at the end of the lease (kv_lease_duration, 30 s).
-- A role with no server up (health_watch.py) is routed around before a hop is tried.
+- Prefill's lease (core/common/kv_lease.py): a decode hop that would begin past the end prefill stamped into its
+  kv_transfer_params (less the margin for clock skew) goes without them, and decode computes the prompt itself: the
+  blocks may be freed and reused by now (counted as `dropped`, a `lease_dropped` timeline event). A decode that
+  received them in time and still could not read them in time refuses the READ itself (core/vllm_plugin/lease_guard.py).
+- A role with no server up (health_watch.py) is routed around before a hop is tried. A hop marks a server down only
+  when its connection was refused; a connection broken mid-request leaves that to the health probe.
 - At most MAX_FAILURES failures a request: the H200's decode engine died on a request (issue 30); retried on every
   server, such a request could stop them all.
 
@@ -24,9 +30,11 @@ Each retry and fallback is counted (metrics.py) and is an event of the request's
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from hybridserve.core.common import kv_lease
 from hybridserve.core.proxy.hops import HopError
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
@@ -36,6 +44,10 @@ Send = Callable[[str, str, dict], Awaitable[Any]]  # (role, url, body) -> answer
 Served = tuple[str, str, Any]  # (role, url, answer)
 MAX_FAILURES = 3  # a request's 3rd failure goes to the client: one server of each role plus one more tried
 logger = logging.getLogger("hybridserve.proxy")  # one line per failure and fallback: what it cost, and why
+
+
+def now_unix() -> float:
+    return time.time()
 
 
 def is_retryable(err: HopError) -> bool:
@@ -50,6 +62,7 @@ class Route:
         self.pools = {"prefill": prefill, "decode": decode}
         self.avoid: set[str] = set()
         self.errors: list[HopError] = []
+        self.lease_margin_s = kv_lease.margin_from_env()
 
     def pick(self, role: str) -> str | None:
         return self.pools[role].choose(self.avoid)
@@ -72,8 +85,12 @@ class Route:
         logger.warning("hybridserve proxy: request %s: %s %s failed: %s", self.rid, err.role, err.url, err.reason)
         self.avoid.add(err.url)
         self.errors.append(err)
-        if err.is_transport:  # nothing answered there: down until a probe finds it again
+        if err.is_unsent:  # nothing listens there: down until a probe finds it again
             self.pools[err.role].health.mark_down(err.url, err.reason)
+        # A connection broken mid-request proves less: a server that died (its next connection is refused, and the
+        # probe, every second, marks it down), or one whose keep-alive reset a pooled connection (keepalive.py): marked
+        # down, that server took every request for HOP_DOWN_S elsewhere, and a 6 s stall of prefill's and the other
+        # decode's API servers after a decode's death left none up: 21 of 30 requests failed at once (issue 39).
         if len(self.errors) >= MAX_FAILURES:
             raise self.give_up()
 
@@ -86,6 +103,16 @@ class Route:
         timeline.emit("fallback", self.rid, served_by=role, url=url)
         logger.warning("hybridserve proxy: request %s served by %s %s alone (the other role has no server up or "
                        "left)", self.rid, role, url)
+
+    def is_lease_left(self, with_kv: dict) -> bool:
+        """Whether prefill still holds the blocks of `with_kv`'s parameters now; when not, counted and logged."""
+        if not kv_lease.is_expired(with_kv.get("kv_transfer_params"), now_unix(), self.lease_margin_s):
+            return True
+        self.metrics.lease["dropped"] += 1
+        timeline.emit("lease_dropped", self.rid)
+        logger.warning("hybridserve proxy: request %s: prefill's KV lease ran out before the decode hop; decode "
+                       "computes the prompt itself", self.rid)
+        return False
 
     def give_up(self) -> HopError:
         """The last failure, naming the ones before it; or, with none, that no server was up."""
@@ -127,11 +154,13 @@ async def prefill_step(route: Route, hop: Callable[[str], Awaitable[Any]]) -> tu
 
 async def decode_step(route: Route, send: Send, with_kv: dict) -> Served:
     """Decode's hop (`with_kv`: prefill's kv_transfer_params in it) on the servers left, without the parameters once
-    the blocks may be gone (the server computes the prompt itself); prefill alone when no decode server is left."""
+    the blocks may be gone (a decode that may have read them failed, or prefill's lease ran out: the server computes
+    the prompt itself); prefill alone when no decode server is left."""
     plain = {k: v for k, v in with_kv.items() if k != "kv_transfer_params"}
     is_kv_kept = True
     url = route.pick("decode")
     while url is not None:
+        is_kv_kept = is_kv_kept and route.is_lease_left(with_kv)
         try:
             return "decode", url, await send("decode", url, with_kv if is_kv_kept else plain)
         except HopError as err:

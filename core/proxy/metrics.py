@@ -23,6 +23,10 @@ class ProxyMetrics:
         self.unknown_fields: Counter[str] = Counter()  # names of the fields that sent a request two hops
         self.retries: Counter[str] = Counter()  # by role: a hop tried again on another server of it (failover.py)
         self.fallbacks: Counter[str] = Counter()  # by the role that served a request alone
+        # prefill's KV lease (core/common/kv_lease.py), by what was done: dropped (the decode hop went without the
+        # parameters, past the lease), refused (decode's lease guard refused its READ and computed the prompt: seen
+        # in non-streamed answers only; decode's vllm:nixl_num_kv_expired_reqs counts every one)
+        self.lease: Counter[str] = Counter()
 
     def observe_route(self, route: Route) -> None:
         """A request the first-token path could have taken (launch --first-token prefill) and where it went."""
@@ -45,6 +49,8 @@ class ProxyMetrics:
         lines += [f'hybridserve_proxy_retries_total{{role="{k}"}} {v}' for k, v in sorted(self.retries.items())]
         lines.append("# TYPE hybridserve_proxy_fallbacks_total counter")
         lines += [f'hybridserve_proxy_fallbacks_total{{served_by="{k}"}} {v}' for k, v in sorted(self.fallbacks.items())]
+        lines.append("# TYPE hybridserve_proxy_lease_total counter")
+        lines += [f'hybridserve_proxy_lease_total{{action="{k}"}} {v}' for k, v in sorted(self.lease.items())]
         lines.append("# TYPE hybridserve_proxy_server_up gauge")
         for role, per_url in sorted((up or {}).items()):
             lines += [f'hybridserve_proxy_server_up{{role="{role}",url="{u}"}} {int(ok)}' for u, ok in per_url.items()]

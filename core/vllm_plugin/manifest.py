@@ -23,6 +23,8 @@ BASE_WORKER = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.base_worker"
 PULL_SCHEDULER = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler"
 NIXL_METADATA = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata"
 SCHEDULER = "vllm.v1.core.sched.scheduler"
+REQUEST = "vllm.v1.request"
+CONNECTOR = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector"
 KV_CACHE_INTERFACE = "vllm.v1.kv_cache_interface"
 CPU_PLATFORM = "vllm.platforms.cpu"
 CPU_GDN = "vllm.model_executor.layers.mamba.ops.cpu.gdn_attention"
@@ -108,6 +110,28 @@ PEER_RELEASE = PatchSpec(
            Names(module=PULL_WORKER, attrs=(RESULTS,)),
            Names(module=NIXL_METADATA, attrs=("NixlConnectorMetadata.reqs_to_recv", "ReqMeta.remote",
                                               "RemoteMeta.engine_id", "RemoteMeta.host", "RemoteMeta.port"))))
+LEASE_STAMP = PatchSpec(
+    name="lease_stamp", purpose="prefill stamps its KV lease's end; decode recomputes a refused READ "
+    "(HYBRIDSERVE_LEASE_GUARD=1)", lines=LINES,
+    names=(Names(module=PULL_SCHEDULER, attrs=("NixlPullConnectorScheduler.request_finished",
+                                               "NixlPullConnectorScheduler._reqs_need_send")),
+           Names(module=NIXL_METADATA, attrs=("NixlConnectorMetadata.add_new_req_to_recv",
+                                              "NixlConnectorMetadata.reqs_to_recv")),
+           Names(module=SCHEDULER, attrs=("Scheduler._update_from_kv_xfer_finished", "Scheduler.requests",
+                                          "Scheduler.failed_recving_kv_req_ids", "RequestStatus")),
+           Names(module=REQUEST, attrs=("RequestStatus.WAITING_FOR_REMOTE_KVS", "Request.num_computed_tokens",
+                                        "Request.status", "Request.kv_transfer_params"))))
+LEASE_GUARD = PatchSpec(
+    name="lease_guard", purpose="decode reads prefill's blocks only inside their lease (HYBRIDSERVE_LEASE_GUARD=1)",
+    lines=LINES,
+    names=(_worker("__init__", "_read_blocks_for_req", "_pop_done_transfers", "_send_heartbeats", "nixl_wrapper",
+                   "_lease_extension", "_recving_transfers", "_recving_metadata", "_remote_agents", "xfer_stats"),
+           _worker("_handle_failed_transfer", "_is_hma_required", lines=("0.26",)),  # vllm#52234
+           Names(module=NIXL_METADATA, attrs=("ReqMeta.remote", "ReqMeta.local_block_ids", "RemoteMeta.engine_id",
+                                              "RemoteMeta.request_id", "NixlConnectorMetadata.heartbeat_by_engine",
+                                              "HeartbeatInfo.req_ids")),
+           Names(module=CONNECTOR, attrs=("NixlBaseConnector.build_connector_worker_meta",
+                                          "NixlBaseConnector.connector_worker"))))
 CPU_AFFINITY = PatchSpec(
     name="cpu_affinity", purpose="compute threads kept on launch's cores (CPU plugin fix)", lines=LINES,
     names=(Names(module=BASE_WORKER, attrs=("os",)),))
@@ -126,4 +150,4 @@ UNLOADABLE_EXTENSIONS = PatchSpec(
     lines=None, is_always_on=True, names=())
 
 ALL = (TORCHVISION_SHIM, UNLOADABLE_EXTENSIONS, TRANSFER_LOG, SCHEDULER_LOG, CPU_CONV_LAYOUT, KEEP_ASYNC, FAULTS,
-       TIMELINE, NIXL_POLL, PEER_RELEASE, NIXL_PROGRESS, CPU_AFFINITY, GDN_DISPATCH)
+       TIMELINE, NIXL_POLL, PEER_RELEASE, LEASE_STAMP, LEASE_GUARD, NIXL_PROGRESS, CPU_AFFINITY, GDN_DISPATCH)
