@@ -23,6 +23,11 @@
 #   bash benchmarks/h200.sh async-faults              # then faults, bench, stop: one call each, back to back (the
 #   bash benchmarks/h200.sh async-bench               # servers live across the calls)
 #   bash benchmarks/h200.sh async-stop
+#   bash benchmarks/h200.sh equal-resources [SET]     # "P/D against aggregated replicas at equal resources":
+#                                                     # benchmarks/equal_resources.py call, MPS shares of GPU 0
+#                                                     # (SET 1p1d: 1P1D against 2 replicas; 3: 2P1D and 1P2D
+#                                                     # against 3 replicas); the step profile first, then the
+#                                                     # sweep: call again until "sweep done"
 #   bash benchmarks/h200.sh chaos [FLAGS]             # "Role deaths under load (chaos), H200":
 #                                                     # benchmarks/chaos.py, 60 layers, one prefill and two decodes
 #                                                     # on GPU 0, in the background: call again until "chaos done";
@@ -308,6 +313,22 @@ dead_peer() {  # a READ initiator's hold on a SIGKILLed target's VRAM: cuda_ipc'
   [ -n "$DRY" ] || cat "$OUT/dead_peer.json"
 }
 
+equal_resources() {  # SET [FLAGS]: one call of the sweep; the MPS daemon never outlives it
+  setup vllm
+  model_60_layers
+  local set=${1:-1p1d} had_mps=0
+  shift 2> /dev/null
+  if [ -z "$DRY" ] && pgrep -f nvidia-cuda-mps-control > /dev/null; then had_mps=1; fi
+  run "$OUT/equal_resources.out" "$(left 5)" python3 benchmarks/equal_resources.py call --set "$set" --out "$OUT" "$@"
+  [ -n "$DRY" ] || tail -c 4000 "$OUT/equal_resources.out"
+  # the script quits the daemon it started; a script killed at the deadline cannot, so quit it here
+  if [ -z "$DRY" ] && [ $had_mps = 0 ] && pgrep -f nvidia-cuda-mps-control > /dev/null; then
+    echo quit | nvidia-cuda-mps-control; say "MPS daemon quit by h200.sh"
+  fi
+  keep_logs "/tmp/hs-equal/$set/runs"
+  pack
+}
+
 case "$stage" in
   copy-bundle) copy_bundle "$@" ;;
   prepare) prepare ;;
@@ -323,9 +344,11 @@ case "$stage" in
   async-bench) async_step bench ;;
   async-stop) async_step stop ;;
   chaos) chaos "$@" ;;
+  equal-resources) equal_resources "$@" ;;
   dead-peer) dead_peer "$@" ;;
   ipc-cache-cost) ipc_cache_cost "$@" ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
-       "fallback-warning, async-start, async-faults, async-bench, async-stop, chaos, dead-peer or ipc-cache-cost" \
+       "fallback-warning, async-start, async-faults, async-bench, async-stop, chaos, equal-resources, dead-peer or" \
+       "ipc-cache-cost" \
        "(got '${stage}')"; exit 2 ;;
 esac

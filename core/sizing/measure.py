@@ -1,0 +1,148 @@
+"""`hybridserve step-profile`: measure a step profile with bench's own phases (core/bench/run.py) against servers
+of the target machine, and fit it (step_fit.py).
+
+Against one plain server (a replica, one unit: a GPU, an MPS share of one, a CPU core):
+- warm-up: 2 short requests (not used);
+- prefill: at each prompt length of the grid, `repeats` idle requests (one at a time), 2 output tokens: TTFT;
+- decode: at each batch size b and prompt length c, b requests sent at once, `decode_output` tokens each: the ITL
+  median (the decode steps of b requests).
+Against a P/D deployment of the same units (optional): at each of the prompt lengths, `repeats` idle requests of
+2 output tokens, token 1 from prefill: the first inter-token gap is the proxy's hop, decode's READ and one decode
+step. Without one, the profile's transfer is left at zero and says so.
+The server's KV cache blocks come from its `/metrics` (vllm:cache_config_info, num_gpu_blocks); its scheduler
+limits are what it was launched with (given here: /metrics does not report them).
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from statistics import median
+
+from hybridserve.core.bench.lengths import LengthDist
+from hybridserve.core.bench.load import Load
+from hybridserve.core.bench.phase import PhaseSpec
+from hybridserve.core.common.errors import CouldNotRunError, InputError
+from hybridserve.core.sizing.step_fit import fit_steps, fit_transfer, itl_observation, ttft_observation
+from hybridserve.core.sizing.step_profile import EngineLimits, StepProfile, TransferCost
+
+_BLOCKS = re.compile(r'^vllm:cache_config_info\{[^}]*num_gpu_blocks="(\d+)"', re.M)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasureRequest:
+    replica_url: str
+    model: Path
+    unit: str  # what the server has, in words ("one CPU core", "H200, 50 % of the SMs (MPS)")
+    device: str
+    limits: EngineLimits
+    pd_url: str | None = None
+    prefill_lens: tuple[int, ...] = (64, 256, 512, 1024, 1536)
+    batches: tuple[int, ...] = (1, 2, 4, 8)
+    decode_lens: tuple[int, ...] = (128, 1024)
+    decode_output: int = 32
+    transfer_lens: tuple[int, ...] = (256, 1024, 1536)
+    repeats: int = 3
+    tp: int = 1
+    name: str = "measured"
+    num_blocks: int | None = None  # None: from the server's /metrics
+    timeout_s: float = 600.0
+    steps_from: StepProfile | None = None  # measure the transfer only, on top of this profile's steps
+
+
+def _phase(lens: int, out: int, num: int, concurrency: int) -> PhaseSpec:
+    return PhaseSpec(load=Load(max_concurrency=concurrency), num_requests=num,
+                     input_len=LengthDist(min_tokens=lens, max_tokens=lens),
+                     output_len=LengthDist(min_tokens=out, max_tokens=out))
+
+
+def _bench(url: str, phases: list[PhaseSpec], request: MeasureRequest) -> list:
+    from hybridserve.core.bench.run import BenchRequest, BenchTarget, bench
+    from hybridserve.core.validate.deployments import parse_target
+
+    report = bench(BenchRequest(targets=(BenchTarget(role="deployment", target=parse_target(url, what="url")),),
+                                phases=tuple(phases), model=request.model, request_timeout_s=request.timeout_s,
+                                device=request.device))
+    results = report.targets[0].phases
+    failed = [p for p in results if p.client.num_failed]
+    if failed:
+        raise CouldNotRunError(f"step-profile: {failed[0].client.num_failed} request(s) failed at {url} "
+                               f"({failed[0].client.first_error})")
+    return results
+
+
+def server_blocks(url: str) -> int:
+    import httpx
+
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=30).text
+    except httpx.HTTPError as exc:
+        raise CouldNotRunError(f"step-profile: {url}/metrics: {type(exc).__name__}: {exc}") from None
+    found = _BLOCKS.search(text)
+    if found is None:
+        raise CouldNotRunError(f"step-profile: {url}/metrics has no vllm:cache_config_info with num_gpu_blocks; "
+                               "accepted: a vLLM server's URL (not a proxy's), or --num-blocks")
+    return int(found.group(1))
+
+
+def measure(request: MeasureRequest) -> StepProfile:
+    if request.steps_from is not None:
+        if not request.pd_url:
+            raise InputError("--steps-from: accepted with --pd only (it measures the transfer on top of the steps)")
+        transfer, rows = _measure_transfer(request, request.steps_from.coefficients)
+        return replace(request.steps_from, transfer=transfer,
+                       measured={**request.steps_from.measured, "transfer": rows})
+    longest = max(request.prefill_lens + request.decode_lens) + request.decode_output
+    if longest > request.limits.max_model_len:
+        raise InputError(f"step-profile: prompts of up to {longest} tokens do not fit --max-model-len "
+                         f"{request.limits.max_model_len}; accepted: shorter --prefill-lens / --decode-lens")
+    if max(request.batches) > request.limits.max_num_seqs:
+        raise InputError(f"--batches {max(request.batches)}: more than --max-num-seqs {request.limits.max_num_seqs}")
+    budget = request.limits.max_num_batched_tokens
+    phases = [_phase(32, 2, 2, 1)] + [_phase(n, 2, request.repeats, 1) for n in request.prefill_lens]
+    phases += [_phase(c, request.decode_output, b, b) for b in request.batches for c in request.decode_lens]
+    results = _bench(request.replica_url, phases, request)[1:]
+    observations = []
+    for n, result in zip(request.prefill_lens, results):
+        observations.append(ttft_observation(n, budget, median(r.ttft_s for r in result.records)))
+    decode_grid = [(b, c) for b in request.batches for c in request.decode_lens]
+    for (b, c), result in zip(decode_grid, results[len(request.prefill_lens):]):
+        observations.append(itl_observation(b, c, request.decode_output, result.client.itl_s.p50))
+    coefficients, residuals = fit_steps(observations)
+    transfer, transfer_rows = TransferCost(), []
+    if request.pd_url:
+        transfer, transfer_rows = _measure_transfer(request, coefficients)
+    return StepProfile(
+        name=request.name, unit=request.unit, device=request.device, model=str(request.model), tp=request.tp,
+        coefficients=coefficients, transfer=transfer, limits=request.limits,
+        num_blocks=request.num_blocks or server_blocks(request.replica_url),
+        measured={"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                  "prompt_tokens": [min(request.prefill_lens), max(request.prefill_lens)],
+                  "max_batch": max(request.batches), "fit": residuals,
+                  "transfer": transfer_rows or "not measured (no P/D deployment given): zero"})
+
+
+def _measure_transfer(request: MeasureRequest, coefficients) -> tuple[TransferCost, list[dict]]:  # noqa: ANN001
+    """READ seconds per length = P/D's first gap - the proxy's hop - one decode step at that context."""
+    from hybridserve.core.layout.descriptors import Scheme, transfer_cost
+    from hybridserve.core.sizing.candidates import EngineBuilder
+    from hybridserve.core.model.profiles import load_model
+
+    phases = [_phase(32, 2, 2, 1)] + [_phase(n, 2, request.repeats, 1) for n in request.transfer_lens]
+    results = _bench(request.pd_url, phases, request)[1:]
+    profile_stub = StepProfile(name="", unit="", device=request.device, model="", tp=request.tp,
+                               coefficients=coefficients, transfer=TransferCost(), limits=request.limits,
+                               num_blocks=1)
+    layout = EngineBuilder(load_model(str(request.model)), profile_stub).layout(request.tp)
+    rows, report = [], []
+    for n, result in zip(request.transfer_lens, results):
+        gap = median(r.itl_s[0] for r in result.records if r.itl_s)
+        step = coefficients.step_s(num_tokens=1, num_seqs=1, attention_pairs=n + 2)
+        read_s = max(0.0, gap - coefficients.http_s - step)
+        cost = transfer_cost(layout, layout, n + 1, Scheme.VLLM)
+        rows.append((cost.served_descriptors, cost.total_bytes, read_s))
+        report.append({"prompt_tokens": n, "first_gap_s": round(gap, 6), "read_s": round(read_s, 6),
+                       "descriptors": cost.served_descriptors, "bytes": cost.total_bytes})
+    return fit_transfer(rows), report
