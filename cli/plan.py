@@ -59,8 +59,8 @@ def command(
     input_len: Annotated[Optional[str], typer.Option(help="Sizing: prompt tokens, N or MIN:MAX.")] = None,
     output_len: Annotated[Optional[str], typer.Option(help="Sizing: output tokens, N or MIN:MAX.")] = None,
     rate: Annotated[Optional[float], typer.Option(help="Sizing: arrival rate, requests/s (Poisson).")] = None,
-    slo_ttft: Annotated[Optional[float], typer.Option(help="Sizing: TTFT SLO, seconds (90 % of requests).")] = None,
-    slo_itl: Annotated[Optional[float], typer.Option(help="Sizing: ITL SLO (a request's mean), seconds.")] = None,
+    slo_ttft: Annotated[Optional[float], typer.Option(help="Sizing: TTFT SLO in ms (as bench's; 90 % of requests).")] = None,
+    slo_itl: Annotated[Optional[float], typer.Option(help="Sizing: ITL SLO in ms, a request's mean (bench's).")] = None,
     num_requests: Annotated[int, typer.Option(help="Sizing: requests simulated per rate.")] = 200,
     seed: Annotated[int, typer.Option(help="Sizing: seed of lengths and arrivals (bench's).")] = 0,
     policy: Annotated[str, typer.Option(help="Sizing: the proxy's policy.")] = "least_outstanding",
@@ -79,7 +79,7 @@ def command(
       hybridserve plan -m all --tp 1 --tp 2 --tp 4 --tp 8 --json
 
       hybridserve plan -m profiles/tiny-qwen3.5 --gpus cpu-core:2 --input-len 1000:1800 --output-len 16:64 \
-          --rate 4 --slo-ttft 0.5 --slo-itl 0.05        # sizing: aggregated replicas or xPyD (docs/sizing.md)
+          --rate 4 --slo-ttft 500 --slo-itl 50          # sizing: aggregated replicas or xPyD (docs/sizing.md)
     """
     if gpus is not None:
         from hybridserve.cli.plan_sizing import render_sizing, run_sizing, sizing_dict

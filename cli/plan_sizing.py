@@ -33,12 +33,12 @@ def run_sizing(*, model: str, gpus: str, input_len: str | None, output_len: str 
     missing = [f for f, v in zip(FLAGS, (input_len, output_len, rate, slo_ttft, slo_itl)) if v is None]
     if missing:
         raise InputError(f"--gpus needs the workload and SLOs: {', '.join(missing)} missing; accepted: e.g. "
-                         "--input-len 500:2000 --output-len 256:1024 --rate 4 --slo-ttft 1 --slo-itl 0.05")
+                         "--input-len 500:2000 --output-len 256:1024 --rate 4 --slo-ttft 1000 --slo-itl 50 (ms)")
     ref, count = parse_gpus(gpus)
     return size(SizingRequest(model=load_model(model), profile=load_step_profile(ref), num_units=count,
                               workload=make_workload(input_len, output_len, rate, num_requests=num_requests,
                                                      seed=seed),
-                              slo=make_slo(slo_ttft, slo_itl), tps=tuple(tps), policy=RoutingPolicy.parse(policy),
+                              slo=make_slo(slo_ttft / 1e3, slo_itl / 1e3), tps=tuple(tps), policy=RoutingPolicy.parse(policy),
                               is_searching=is_searching))
 
 
@@ -68,7 +68,7 @@ def render_sizing(sizing: Sizing) -> None:
     r = sizing.request
     table = Table(title=f"plan (a prediction): {r.model.name} on {r.num_units} x {r.profile.unit}; in "
                         f"{r.workload.input_len}, out {r.workload.output_len}, {r.workload.rate:g} req/s; SLO TTFT "
-                        f"{r.slo.ttft_s:g} s, ITL {r.slo.itl_s:g} s ({r.slo.attainment:.0%} of requests)")
+                        f"{r.slo.ttft_s * 1e3:g} ms, ITL {r.slo.itl_s * 1e3:g} ms ({r.slo.attainment:.0%} of requests)")
     for column in ("candidate", "SLO met", "goodput req/s", "per unit", "out tok/s", "TTFT p50/p90 ms",
                    "ITL p50/p90 ms", "max rate in SLO", "note"):
         table.add_column(column, justify="left" if column in ("candidate", "note") else "right")

@@ -17,8 +17,8 @@ from hybridserve.core.sizing.step_profile import (EngineLimits, StepCoefficients
 from hybridserve.core.launch.topology import TINY_MODEL_DIR
 
 runner = CliRunner()
-WORKLOAD = ["--input-len", "1000:1800", "--output-len", "16:64", "--rate", "4", "--slo-ttft", "0.5", "--slo-itl",
-            "0.05", "--num-requests", "60"]
+WORKLOAD = ["--input-len", "1000:1800", "--output-len", "16:64", "--rate", "4", "--slo-ttft", "500", "--slo-itl",
+            "50", "--num-requests", "60"]
 
 
 @pytest.fixture()
@@ -59,7 +59,7 @@ def test_a_tp_the_profile_did_not_measure_is_named_a_prediction_beyond_it(profil
 
 def test_a_workload_outside_the_measured_lengths_says_so(profile):
     result = _plan("--gpus", f"{profile}:2", "--input-len", "1000:1900", "--output-len", "200", "--rate", "1",
-                   "--slo-ttft", "1", "--slo-itl", "0.1", "--no-search")
+                   "--slo-ttft", "1000", "--slo-itl", "100", "--no-search")
     assert result.exit_code == 0, result.output
     text = " ".join(result.stdout.split())
     assert "plan (a prediction)" in text

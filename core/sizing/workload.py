@@ -2,8 +2,9 @@
 draws a phase: the same seed gives the same lengths and arrival times (core/bench/phase.py), so a prediction and a
 measurement see the same requests.
 
-Goodput (DistServe's measure): requests per second that meet both SLOs, a request's TTFT at most `ttft_s` and its
-mean inter-token latency (TPOT) at most `itl_s`. A run meets the SLO when at least `attainment` of its requests do
+Goodput (DistServe's measure, as vLLM's `bench serve --goodput` and bench's --slo-ttft/--slo-itl count it):
+requests per second that meet both SLOs, a request's TTFT at most `ttft_s` and its mean inter-token latency (vLLM's
+TPOT, (end - first token) / (tokens - 1)) at most `itl_s`. A run meets the SLO when at least `attainment` of its requests do
 (DistServe: 90 %); the most a configuration can take is the highest arrival rate at which it still does.
 """
 
@@ -57,7 +58,8 @@ def make_workload(input_len: str, output_len: str, rate: float, *, num_requests:
 
 
 def make_slo(ttft_s: float, itl_s: float) -> Slo:
+    """In seconds (the command line takes milliseconds, as bench's --slo-ttft and --slo-itl do)."""
     for flag, value in (("--slo-ttft", ttft_s), ("--slo-itl", itl_s)):
         if not value > 0:
-            raise InputError(f"{flag} {value}: accepted: a positive number of seconds")
+            raise InputError(f"{flag} {value * 1e3:g}: accepted: a positive number of milliseconds")
     return Slo(ttft_s=ttft_s, itl_s=itl_s)
