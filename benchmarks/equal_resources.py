@@ -62,7 +62,7 @@ def machine(args: argparse.Namespace) -> dict:
         return {"device": "cpu", "model": str(ROOT / "profiles/tiny-qwen3.5"), "workloads": args.workloads or
                 ["long-cpu", "chat-cpu"], "kv": None, "unit": "one CPU core", "limits": (8, 2048, 2048),
                 "rates": args.rates}
-    kv = os.environ.get("HS_EQ_KV", "12g" if args.set == "1p1d" else "6g")
+    kv = os.environ.get("HS_EQ_KV", "12g" if args.set == "1p1d" else "5g")
     return {"device": "cuda", "model": args.model or M60, "workloads": args.workloads or ["long", "chat"], "kv": kv,
             "unit": f"H200, {100 // units(args.set)} % of the SMs (MPS) and {kv} of KV cache",
             "limits": (1024, 8192, 34816), "rates": args.rates}
@@ -337,8 +337,9 @@ def report(state: dict) -> dict:
                 entry = state["cells"].get(f"{workload}|{rate}|{target}", {})
                 if "measured" not in entry:
                     continue
+                kept = {k: v for k, v in entry["measured"].items() if k != "goodput_per_unit"}  # a property
                 measured = ServedStats(num_requests=w["num"], requests_per_s=0.0, num_units=state["units"],
-                                       attainment_target=slo.attainment, **entry["measured"])
+                                       attainment_target=slo.attainment, **kept)
                 if target.endswith("(A/A)"):
                     aa = measured
                     continue

@@ -101,13 +101,14 @@ def measure(request: MeasureRequest) -> StepProfile:
     if max(request.batches) > request.limits.max_num_seqs:
         raise InputError(f"--batches {max(request.batches)}: more than --max-num-seqs {request.limits.max_num_seqs}")
     budget = request.limits.max_num_batched_tokens
+    num_blocks = request.num_blocks or server_blocks(request.replica_url)
+    decode_grid, too_big = _decode_grid(request, num_blocks)
     phases = [_phase(32, 2, 2, 1)] + [_phase(n, 2, request.repeats, 1) for n in request.prefill_lens]
-    phases += [_phase(c, request.decode_output, b, b) for b in request.batches for c in request.decode_lens]
+    phases += [_phase(c, request.decode_output, b, b) for b, c in decode_grid]
     results = _bench(request.replica_url, phases, request)[1:]
     observations = []
     for n, result in zip(request.prefill_lens, results):
         observations.append(ttft_observation(n, budget, median(r.ttft_s for r in result.records)))
-    decode_grid = [(b, c) for b in request.batches for c in request.decode_lens]
     for (b, c), result in zip(decode_grid, results[len(request.prefill_lens):]):
         observations.append(itl_observation(b, c, request.decode_output, result.client.itl_s.p50))
     coefficients, residuals = fit_steps(observations)
@@ -117,25 +118,49 @@ def measure(request: MeasureRequest) -> StepProfile:
     return StepProfile(
         name=request.name, unit=request.unit, device=request.device, model=str(request.model), tp=request.tp,
         coefficients=coefficients, transfer=transfer, limits=request.limits,
-        num_blocks=request.num_blocks or server_blocks(request.replica_url),
+        num_blocks=num_blocks,
         measured={"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                   "prompt_tokens": [min(request.prefill_lens), max(request.prefill_lens)],
-                  "max_batch": max(request.batches), "fit": residuals,
+                  "max_batch": max(b for b, _ in decode_grid), "fit": residuals,
+                  "decode_batches_not_fitting": [f"b{b} c{c}" for b, c in too_big],
                   "transfer": transfer_rows or "not measured (no P/D deployment given): zero"})
+
+
+def _layout(request: MeasureRequest):  # noqa: ANN202 (RankLayout)
+    from hybridserve.core.launch.instance_cache import instance_cache
+    from hybridserve.core.launch.topology import Device, EngineInstance, EngineOptions
+    from hybridserve.core.model.profiles import load_model
+
+    instance = EngineInstance(port=1, side_channel_port=2, tp=request.tp)
+    return instance_cache(load_model(str(request.model)), Device.parse(request.device), EngineOptions(),
+                          instance).layout
+
+
+def _decode_grid(request: MeasureRequest, num_blocks: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+    """(batch, prompt) pairs whose b requests fit the engine's blocks at their last token (the layout's blocks per
+    request, a GDN state block per group included), and the ones that would not: vLLM would queue or preempt them,
+    and their ITL would not be one decode step of b."""
+    from hybridserve.core.layout.capacity import Capacity
+
+    layout, fits, too_big = _layout(request), [], []
+    empty = Capacity(weights_bytes=0, kv_cache_bytes=0, num_blocks=0)
+    for b in request.batches:
+        for c in request.decode_lens:
+            need = b * empty.blocks_per_request(layout, c + request.decode_output)
+            (fits if need <= num_blocks else too_big).append((b, c))
+    if not fits:
+        raise InputError(f"--batches/--decode-lens: no decode batch fits the engine's {num_blocks} blocks; "
+                         "accepted: smaller batches or prompts")
+    return fits, too_big
 
 
 def _measure_transfer(request: MeasureRequest, coefficients) -> tuple[TransferCost, list[dict]]:  # noqa: ANN001
     """READ seconds per length = P/D's first gap - the proxy's hop - one decode step at that context."""
     from hybridserve.core.layout.descriptors import Scheme, transfer_cost
-    from hybridserve.core.sizing.candidates import EngineBuilder
-    from hybridserve.core.model.profiles import load_model
 
     phases = [_phase(32, 2, 2, 1)] + [_phase(n, 2, request.repeats, 1) for n in request.transfer_lens]
     results = _bench(request.pd_url, phases, request)[1:]
-    profile_stub = StepProfile(name="", unit="", device=request.device, model="", tp=request.tp,
-                               coefficients=coefficients, transfer=TransferCost(), limits=request.limits,
-                               num_blocks=1)
-    layout = EngineBuilder(load_model(str(request.model)), profile_stub).layout(request.tp)
+    layout = _layout(request)
     rows, report = [], []
     for n, result in zip(request.transfer_lens, results):
         gap = median(r.itl_s[0] for r in result.records if r.itl_s)
