@@ -46,14 +46,17 @@ M60 = "/tmp/m60"
 # name -> (prefill engines, decode engines, replicas)
 SETS = {"1p1d": {"pd-1p1d": (1, 1, 0), "replicas-2": (0, 0, 2)},
         "3": {"pd-2p1d": (2, 1, 0), "pd-1p2d": (1, 2, 0), "replicas-3": (0, 0, 3)}}
-# workloads: prompt and output tokens, SLO TTFT and ITL (p90 of requests, seconds), requests per cell
+# workloads: prompt and output tokens, requests per cell
 WORKLOADS = {
-    "long": {"input_len": "8000:32000", "output_len": "128:256", "slo_ttft": 4.0, "slo_itl": 0.05, "num": 40},
-    "chat": {"input_len": "500:2000", "output_len": "256:1024", "slo_ttft": 1.0, "slo_itl": 0.03, "num": 60},
+    "long": {"input_len": "8000:32000", "output_len": "128:256", "num": 40},
+    "chat": {"input_len": "500:2000", "output_len": "256:1024", "num": 60},
     # the 2-core CPU with the tiny model (context 2,048, 8 sequences an engine): the same shapes, scaled down
-    "long-cpu": {"input_len": "1000:1800", "output_len": "8:16", "slo_ttft": 1.0, "slo_itl": 0.1, "num": 40},
-    "chat-cpu": {"input_len": "100:400", "output_len": "32:128", "slo_ttft": 0.5, "slo_itl": 0.1, "num": 40},
+    "long-cpu": {"input_len": "1000:1800", "output_len": "8:16", "num": 60},
+    "chat-cpu": {"input_len": "100:400", "output_len": "32:128", "num": 60},
 }
+# SLOs, one rule for every machine: SLO_SCALE times one unit's idle latency from the step profile (TTFT at the
+# workload's longest prompt, a decode step at its longest context), 90 % of requests within both (DistServe)
+SLO_SCALE = 5
 RATE_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.5)  # of plan's highest rate in SLO for the best configuration
 
 
@@ -244,8 +247,22 @@ def measure_profile(args: argparse.Namespace, state: dict, mach: dict, urls: dic
         state.setdefault("profile_runs", []).append({"pd": pd, "at": time.time()})
 
 
+def slo_of(profile, workload: dict) -> dict:  # noqa: ANN001 (StepProfile)
+    """SLO_SCALE x the unit's idle TTFT at the longest prompt and its idle decode step at the longest context."""
+    from hybridserve.core.bench.lengths import parse_length
+    from hybridserve.core.sizing.step_fit import ttft_observation
+
+    c, limits = profile.coefficients, profile.limits
+    longest = parse_length(workload["input_len"], flag="input").max_tokens
+    out = parse_length(workload["output_len"], flag="output").max_tokens
+    features = ttft_observation(longest, limits.max_num_batched_tokens, 0.0).features
+    ttft = sum(f * k for f, k in zip(features, (c.http_s, c.base_s, c.token_s, c.seq_s, c.attention_s)))
+    itl = c.step_s(num_tokens=1, num_seqs=1, attention_pairs=longest + out)
+    return {"ttft_s": round(SLO_SCALE * ttft, 4), "itl_s": round(SLO_SCALE * itl, 5)}
+
+
 def choose_rates(state: dict, mach: dict) -> None:
-    """Per workload: fractions of plan's highest rate in SLO for the best configuration of the set."""
+    """Per workload: its SLO (slo_of), then fractions of plan's highest rate in SLO for the best configuration."""
     from hybridserve.core.model.profiles import load_model
     from hybridserve.core.sizing.recommend import SizingRequest, size
     from hybridserve.core.sizing.step_profile import load_step_profile
@@ -253,6 +270,7 @@ def choose_rates(state: dict, mach: dict) -> None:
 
     profile = load_step_profile(state["profile"])
     for name in state["workloads"]:
+        state.setdefault("slo", {}).setdefault(name, slo_of(profile, WORKLOADS[name]))
         if name in state["rates"]:
             continue
         if mach.get("rates"):
@@ -261,7 +279,7 @@ def choose_rates(state: dict, mach: dict) -> None:
         w = WORKLOADS[name]
         sizing = size(SizingRequest(model=load_model(mach["model"]), profile=profile, num_units=state["units"],
                                     workload=make_workload(w["input_len"], w["output_len"], 1.0, num_requests=w["num"]),
-                                    slo=make_slo(w["slo_ttft"], w["slo_itl"])))
+                                    slo=make_slo(**state["slo"][name])))
         top = max(r.max_slo_rate or 0.0 for r in sizing.results) or 1.0
         state["rates"][name] = [round(top * f, 3) for f in RATE_FRACTIONS]
 
@@ -289,7 +307,7 @@ def bench_cell(args: argparse.Namespace, state: dict, mach: dict, cell: tuple[st
     rc = run(argv, out.with_suffix(".log"), deadline - time.time() - 10)
     entry = {"rc": rc, "file": str(out), "started": started, "seconds": round(time.time() - started, 1)}
     if rc == 0:
-        stats = measured_stats(json.loads(out.read_text()), make_slo(w["slo_ttft"], w["slo_itl"]), state["units"])
+        stats = measured_stats(json.loads(out.read_text()), make_slo(**state["slo"][workload]), state["units"])
         entry["measured"] = {k: getattr(stats, k) for k in ("goodput", "goodput_per_unit", "attainment",
                                                            "output_tokens_per_s", "ttft_p50_s", "ttft_p90_s",
                                                            "itl_p50_s", "itl_p90_s", "wall_s")}
@@ -329,7 +347,9 @@ def report(state: dict) -> dict:
     rows = []
     for workload in state["workloads"]:
         w = WORKLOADS[workload]
-        slo = make_slo(w["slo_ttft"], w["slo_itl"])
+        if workload not in state.get("slo", {}):
+            continue
+        slo = make_slo(**state["slo"][workload])
         for rate in state["rates"].get(workload, []):
             found, aa = [], None
             for target, shape in [*SETS[state["set"]].items(), *[(f"{n} (A/A)", s) for n, s in

@@ -103,12 +103,25 @@ def test_the_report_puts_the_prediction_beside_each_measured_cell(script, tmp_pa
     worse = {**measured, "goodput": 1.0, "goodput_per_unit": 0.5}
     state = {"set": "1p1d", "device": "cpu", "model": str(TINY_MODEL_DIR), "unit": "one CPU core", "units": 2,
              "workloads": ["chat-cpu"], "rates": {"chat-cpu": [2.0]}, "profile": str(profile),
+             "slo": {"chat-cpu": {"ttft_s": 0.5, "itl_s": 0.05}},
              "cells": {"chat-cpu|2.0|replicas-2": {"rc": 0, "measured": measured},
                        "chat-cpu|2.0|pd-1p1d": {"rc": 0, "measured": worse},
                        "chat-cpu|2.0|replicas-2 (A/A)": {"rc": 0, "measured": {**measured, "goodput": 1.9}}}}
     data = script.report(state)
     (row,) = data["rows"]
     assert row["winner_measured"] == "replicas-2" and row["aa_goodput_spread"] == pytest.approx(0.05)
-    assert set(row["configs"]) == {"replicas-2", "pd-1p1d"}
+    assert set(row["configs"]) == {"replicas-2", "pd-1p1d"} and row["slo"] == {"ttft_s": 0.5, "itl_s": 0.05}
     for cell in row["configs"].values():
         assert cell["predicted"]["goodput_per_unit"] > 0 and cell["goodput_error"] is not None
+
+
+def test_the_slo_is_five_times_the_units_idle_latency(script):
+    from hybridserve.core.sizing.step_profile import EngineLimits, StepCoefficients, StepProfile, TransferCost
+
+    profile = StepProfile(name="p", unit="u", device="cpu", model="m", tp=1, transfer=TransferCost(), num_blocks=1,
+                          coefficients=StepCoefficients(base_s=0.01, token_s=1e-5, seq_s=0.0, attention_s=0.0,
+                                                        http_s=0.02),
+                          limits=EngineLimits(max_num_seqs=8, max_num_batched_tokens=1000, max_model_len=4096))
+    slo = script.slo_of(profile, {"input_len": "100:1800", "output_len": "8:16"})
+    # 1,800 tokens in two chunks (1,000 + 800): 0.02 + 2 x 0.01 + 1,800 x 1e-5 = 0.058 s; a decode step 0.01001 s
+    assert slo == {"ttft_s": pytest.approx(5 * 0.058), "itl_s": pytest.approx(5 * 0.01001)}

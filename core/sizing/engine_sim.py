@@ -57,11 +57,12 @@ class Engine:
         self.is_busy = False
         self.is_kicked = False  # a step start is due (simulate.py)
         self.num_preemptions = 0
+        self.num_loading = 0  # waiting jobs whose READ is in flight
         self.on_transfer: StartTransfer | None = None
 
     @property
     def has_work(self) -> bool:
-        return bool(self.running) or any(job.state != "loading" for job in self.waiting)
+        return bool(self.running) or len(self.waiting) > self.num_loading
 
     def schedule(self, now: float) -> tuple[float, list[tuple[Job, int, int]]]:
         """The next step's batch, (job, new tokens, tokens before), and its duration; an empty batch: nothing to
@@ -104,6 +105,7 @@ class Engine:
                     self.waiting.appendleft(job)
                     break
                 job.state = "loading"
+                self.num_loading += 1
                 skipped.append(job)
                 if self.on_transfer is not None:
                     self.on_transfer(job, now)
@@ -121,6 +123,7 @@ class Engine:
     def loaded(self, job: Job) -> None:
         """The READ is done: the prompt's KV is here; the job waits for a seat to compute its last token."""
         job.state, job.computed = "ready", job.remote_tokens
+        self.num_loading -= 1
 
     def finish_step(self, now: float, batch: list[tuple[Job, int, int]]) -> list[Job]:
         """Apply a finished step; return the jobs that sampled their last token."""

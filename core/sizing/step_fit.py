@@ -3,7 +3,7 @@
 Two kinds of observation, each a sum of engine steps whose features are known:
 - an idle request's TTFT at prompt length L: `http_s` plus the steps of its prefill, in chunks of the token budget
   (chunk k: n_k tokens after c_k, one request);
-- the ITL median of b requests sent at once with prompts of c tokens and o output tokens: one decode step of b
+- the median TPOT of b requests sent at once with prompts of c tokens and o output tokens: one decode step of b
   requests, each at a context of about c + o / 2.
 Least squares on relative error (each row divided by its value), every coefficient at least 0 (a negative one is
 dropped and the rest fitted again: Lawson and Hanson's active set, in its simplest form).
