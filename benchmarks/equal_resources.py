@@ -57,18 +57,19 @@ WORKLOADS = {
 # SLOs, one rule for every machine: SLO_SCALE times one unit's idle latency from the step profile (TTFT at the
 # workload's longest prompt, a decode step at its longest context), 90 % of requests within both (DistServe)
 SLO_SCALE = 5
-RATE_FRACTIONS = (0.25, 0.5, 0.75, 1.0, 1.5)  # of plan's highest rate in SLO for the best configuration
+RATE_FRACTIONS = (0.5, 0.8, 1.0, 1.25)  # of plan's highest rate in SLO for the best configuration
+MIN_REQUESTS = 20  # a cell sends min(the workload's, max(MIN_REQUESTS, rate x the machine's cell_s)) requests
 
 
 def machine(args: argparse.Namespace) -> dict:
     if args.mode == "cpu":
         return {"device": "cpu", "model": str(ROOT / "profiles/tiny-qwen3.5"), "workloads": args.workloads or
                 ["long-cpu", "chat-cpu"], "kv": None, "unit": "one CPU core", "limits": (8, 2048, 2048),
-                "rates": args.rates}
+                "rates": args.rates, "cell_s": 60}
     kv = os.environ.get("HS_EQ_KV", "12g" if args.set == "1p1d" else "5g")
     return {"device": "cuda", "model": args.model or M60, "workloads": args.workloads or ["long", "chat"], "kv": kv,
             "unit": f"H200, {100 // units(args.set)} % of the SMs (MPS) and {kv} of KV cache",
-            "limits": (1024, 8192, 34816), "rates": args.rates}
+            "limits": (1024, 8192, 34816), "rates": args.rates, "cell_s": 45}
 
 
 def units(set_name: str) -> int:
@@ -284,6 +285,11 @@ def choose_rates(state: dict, mach: dict) -> None:
         state["rates"][name] = [round(top * f, 3) for f in RATE_FRACTIONS]
 
 
+def requests_of(workload: dict, rate: float, mach: dict) -> int:
+    """A cell's requests: the workload's, fewer at low rates (a cell lasts about the machine's cell_s)."""
+    return min(workload["num"], max(MIN_REQUESTS, round(rate * mach["cell_s"])))
+
+
 def cells(state: dict, names: list[str]) -> list[tuple[str, float, str]]:
     """(workload, rate, target) in the order they run: per rate every configuration, the replicas' A/A last."""
     aa = [f"{n} (A/A)" for n in names if n.startswith("replicas")]
@@ -297,15 +303,17 @@ def bench_cell(args: argparse.Namespace, state: dict, mach: dict, cell: tuple[st
 
     workload, rate, target = cell
     w = WORKLOADS[workload]
+    num = requests_of(w, rate, mach)
     key = f"{workload}|{rate}|{target}"
     out = args.state / f"bench_{workload}_{rate}_{target.split(' ')[0]}{'_aa' if '(A/A)' in target else ''}.json"
     argv = [*CLI, "bench", "--deployment", url, "--baseline", "none", "--model", mach["model"], "--device",
             mach["device"], "--input-len", w["input_len"], "--output-len", w["output_len"], "--num-requests",
-            str(w["num"]), "--request-rate", str(rate), "--seed", "0", "--prompt-seed", str(int(rate * 1000)),
+            str(num), "--request-rate", str(rate), "--seed", "0", "--prompt-seed", str(int(rate * 1000)),
             "--timeout", str(int(max(60, deadline - time.time() - 20))), "--out", str(out)]
     started = time.time()
     rc = run(argv, out.with_suffix(".log"), deadline - time.time() - 10)
-    entry = {"rc": rc, "file": str(out), "started": started, "seconds": round(time.time() - started, 1)}
+    entry = {"rc": rc, "file": str(out), "started": started, "seconds": round(time.time() - started, 1),
+             "num_requests": num}
     if rc == 0:
         stats = measured_stats(json.loads(out.read_text()), make_slo(**state["slo"][workload]), state["units"])
         entry["measured"] = {k: getattr(stats, k) for k in ("goodput", "goodput_per_unit", "attainment",
@@ -326,7 +334,7 @@ def sweep(args: argparse.Namespace, state: dict, mach: dict, urls: dict, deadlin
             continue
         if only is not None and target not in only:
             continue
-        need = WORKLOADS[workload]["num"] / rate + 45
+        need = requests_of(WORKLOADS[workload], rate, mach) / rate + 45
         if time.time() + need > deadline or base not in urls:
             continue
         bench_cell(args, state, mach, cell, urls[base]["proxy"], deadline)
@@ -358,12 +366,13 @@ def report(state: dict) -> dict:
                 if "measured" not in entry:
                     continue
                 kept = {k: v for k, v in entry["measured"].items() if k != "goodput_per_unit"}  # a property
-                measured = ServedStats(num_requests=w["num"], requests_per_s=0.0, num_units=state["units"],
+                num = entry.get("num_requests", w["num"])  # the same requests (seed 0) as the cell sent
+                measured = ServedStats(num_requests=num, requests_per_s=0.0, num_units=state["units"],
                                        attainment_target=slo.attainment, **kept)
                 if target.endswith("(A/A)"):
                     aa = measured
                     continue
-                work = make_workload(w["input_len"], w["output_len"], rate, num_requests=w["num"])
+                work = make_workload(w["input_len"], w["output_len"], rate, num_requests=num)
                 predicted = predict_cell(model, profile, shape, work, slo) if profile else None
                 found.append(Cell(workload=workload, rate=rate, config=target, measured=measured, predicted=predicted))
             if not found:
@@ -432,23 +441,40 @@ def call(args: argparse.Namespace) -> None:
         print("mps: nvidia-cuda-mps-control -d (unless one runs); at the end: echo quit | nvidia-cuda-mps-control")
         return
     state = load_state(args, mach)
+    done, began = False, time.time()
     with Mps(args.dry_run):
-        deployments.start()
+        # the replicas first, alone: a cold machine compiles once (torch.compile's cache), the others then reuse it
+        first = next(n for n in names if n.startswith("replicas"))
+        deployments.start(only=[first])
         try:
-            healthy = deployments.wait_healthy(args.deadline - 240)
-            state["calls"].append({"started": time.time(), "healthy": healthy})
-            up = {n: deployments.urls[n] for n, ok in healthy.items() if ok}
-            if not state.get("profile") and up:
-                pd = next((u["proxy"] for n, u in up.items() if n.startswith("pd")), None)
-                measure_profile(args, state, mach, up, args.deadline - 200, pd)
-            if state.get("profile"):
-                choose_rates(state, mach)
+            deployments.wait_healthy(args.deadline - 150)
+            deployments.start(only=[n for n in names if n != first])
+            healthy = deployments.wait_healthy(args.deadline - 90)
+            state["calls"].append({"started": began, "healthy": healthy, "healthy_s": round(time.time() - began)})
             save_state(args, state)
-            done = sweep(args, state, mach, up, args.deadline - 60)
+            if not all(healthy.values()):
+                print(f"not every deployment healthy after {time.time() - began:.0f} s ({healthy}): the caches are "
+                      "warmer now, call again")
+            else:
+                done = _measure(args, state, mach, deployments.urls)
         finally:
             deployments.stop()
     save_state(args, state)
     finish(args, state, done)
+
+
+def _measure(args: argparse.Namespace, state: dict, mach: dict, urls: dict) -> bool:
+    """The profile once (2-3 minutes), then as many cells as the call has time for."""
+    if not state.get("profile"):
+        if args.deadline - time.time() < 200:
+            print("no time left for the step profile in this call: call again")
+            return False
+        pd = next(u["proxy"] for n, u in urls.items() if n.startswith("pd"))
+        measure_profile(args, state, mach, urls, args.deadline - 60, pd)
+    if state.get("profile"):
+        choose_rates(state, mach)
+    save_state(args, state)
+    return sweep(args, state, mach, urls, args.deadline - 60)
 
 
 def cpu(args: argparse.Namespace) -> None:
