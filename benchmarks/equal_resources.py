@@ -359,7 +359,7 @@ def report(state: dict) -> dict:
             continue
         slo = make_slo(**state["slo"][workload])
         for rate in state["rates"].get(workload, []):
-            found, aa = [], None
+            found, aa, sent = [], None, {}
             for target, shape in [*SETS[state["set"]].items(), *[(f"{n} (A/A)", s) for n, s in
                                                                 SETS[state["set"]].items() if n.startswith("replicas")]]:
                 entry = state["cells"].get(f"{workload}|{rate}|{target}", {})
@@ -375,6 +375,7 @@ def report(state: dict) -> dict:
                 work = make_workload(w["input_len"], w["output_len"], rate, num_requests=num)
                 predicted = predict_cell(model, profile, shape, work, slo) if profile else None
                 found.append(Cell(workload=workload, rate=rate, config=target, measured=measured, predicted=predicted))
+                sent[target] = num
             if not found:
                 continue
             replicas = next((c for c in found if c.config.startswith("replicas")), None)
@@ -386,8 +387,10 @@ def report(state: dict) -> dict:
                          "winner_measured": winner(found, predicted=False, aa_spread=spread),
                          "winner_predicted": winner(found, predicted=True, aa_spread=spread),
                          "configs": {c.config: {"measured": _stats(c.measured), "predicted": _stats(c.predicted),
-                                                "goodput_error": c.goodput_error} for c in found}})
+                                                "goodput_error": c.goodput_error, "num_requests": sent[c.config],
+                                                "shape": list(SETS[state["set"]][c.config])} for c in found}})
     return {"set": state["set"], "device": state["device"], "unit": state["unit"], "units": state["units"],
+            "workloads": {w: WORKLOADS[w] for w in state["workloads"]},
             "model": state["model"], "profile": state.get("profile"), "rows": rows}
 
 
