@@ -87,11 +87,13 @@ class Engine:
             break
         if not preempted:
             budget = self._admit(now, budget, batch)
-        seqs = len(batch)
-        tokens = sum(n for _, n, _ in batch)
-        pairs = sum(n * before + n * (n + 1) / 2 for _, n, before in batch)
-        duration = self.coefficients.step_s(num_tokens=tokens, num_seqs=seqs, attention_pairs=pairs) if batch else 0.0
-        return duration, batch
+        if not batch:
+            return 0.0, batch
+        tokens, pairs = 0, 0.0
+        for _, n, before in batch:
+            tokens += n
+            pairs += n * before + n * (n + 1) / 2
+        return self.coefficients.step_s(num_tokens=tokens, num_seqs=len(batch), attention_pairs=pairs), batch
 
     def _admit(self, now: float, budget: int, batch: list) -> int:
         skipped: list[Job] = []
@@ -147,10 +149,12 @@ class Engine:
 
     def _grow(self, job: Job, tokens: int) -> bool:
         need = self.blocks_for(tokens) - job.blocks
+        if need <= 0:
+            return True
         if need > self.free_blocks:
             return False
-        self.free_blocks -= max(0, need)
-        job.blocks += max(0, need)
+        self.free_blocks -= need
+        job.blocks += need
         return True
 
     def _preempt(self, job: Job) -> None:
