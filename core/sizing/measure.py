@@ -123,7 +123,7 @@ def measure(request: MeasureRequest) -> StepProfile:
     if request.pd_url:
         transfer, transfer_rows = _measure_transfer(request, coefficients)
     return StepProfile(
-        name=request.name, unit=request.unit, device=request.device, model=str(request.model), tp=request.tp,
+        name=request.name, unit=request.unit, device=request.device, model=request.model.name, tp=request.tp,
         coefficients=coefficients, transfer=transfer, limits=request.limits,
         num_blocks=num_blocks,
         measured={"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

@@ -7,6 +7,7 @@ workload's rate with the most headroom; if none does, the one with the most good
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.topology import RoutingPolicy
@@ -102,8 +103,12 @@ def size(request: SizingRequest) -> Sizing:
         raise InputError(f"--gpus: no deployment of {request.num_units} unit(s) at TP {tps} runs this model: "
                          + "; ".join(f"{n}: {why}" for n, why in skipped))
     results.sort(key=lambda r: (r.at_rate.is_slo_met, r.max_slo_rate or 0.0, r.at_rate.goodput), reverse=True)
-    return Sizing(request=request, results=tuple(results), skipped=tuple(skipped),
-                  workload_notes=tuple(workload_notes(request.profile, request.workload)))
+    notes = workload_notes(request.profile, request.workload)
+    measured_with = Path(request.profile.model).name
+    if measured_with.lower() != request.model.name.lower():
+        notes.insert(0, f"step times measured with {measured_with}, not {request.model.name} (its layout is "
+                        f"{request.model.name}'s, its step costs are {measured_with}'s)")
+    return Sizing(request=request, results=tuple(results), skipped=tuple(skipped), workload_notes=tuple(notes))
 
 
 def workload_notes(profile: StepProfile, workload: Workload) -> list[str]:

@@ -68,7 +68,7 @@ class StepProfile:
     name: str
     unit: str  # what one engine had: "one CPU core", "H200, 50 % of the SMs (MPS), 0.45 of its memory"
     device: str  # cpu or cuda
-    model: str  # the model the steps were measured with (its layout decides capacity and transfer bytes)
+    model: str  # the name of the model the steps were measured with (its folder name)
     tp: int
     coefficients: StepCoefficients
     transfer: TransferCost
