@@ -57,7 +57,8 @@ WORKLOADS = {
 # SLOs, one rule for every machine: SLO_SCALE times one unit's idle latency from the step profile (TTFT at the
 # workload's longest prompt, a decode step at its longest context), 90 % of requests within both (DistServe)
 SLO_SCALE = 5
-RATE_FRACTIONS = (0.5, 0.8, 1.0, 1.25)  # of plan's highest rate in SLO for the best configuration
+RATE_FRACTIONS = {"cpu": (0.25, 0.5, 0.8, 1.0, 1.25), "cuda": (0.5, 0.8, 1.0, 1.25)}  # of plan's highest rate in
+# SLO for the best configuration (the H200's calls are short: no quarter-load cell)
 MIN_REQUESTS = 20  # a cell sends min(the workload's, max(MIN_REQUESTS, rate x the machine's cell_s)) requests
 
 
@@ -223,7 +224,8 @@ def run(argv: list[str], log: Path, timeout_s: float) -> int | None:
 
 def measure_profile(args: argparse.Namespace, state: dict, mach: dict, urls: dict, deadline: float,
                     pd: str | None) -> None:
-    """Steps on one replica (its neighbours idle); the transfer on the 1P1D (or first P/D) configuration."""
+    """Steps on one replica (its neighbours idle); the transfer on the 1P1D (or first P/D) configuration; the load
+    factor of every configuration up (its proxy, closed loop)."""
     seqs, tokens, context = mach["limits"]
     path = args.state / f"profile-{args.set}.yaml"
     if mach["device"] == "cpu":
@@ -238,6 +240,9 @@ def measure_profile(args: argparse.Namespace, state: dict, mach: dict, urls: dic
             f"{'cpu-core' if mach['device'] == 'cpu' else 'h200-sm' + str(100 // units(args.set))}", *grid, "--json"]
     if pd:
         argv += ["--pd", pd]
+    for name in SETS[args.set]:
+        if name in urls and not state.get("calibrated", {}).get(name):
+            argv += ["--calibrate", urls[name]["proxy"]]
     if state.get("profile"):  # the steps measured already: the transfer on top of them
         argv += ["--steps-from", state["profile"]]
     else:
@@ -246,6 +251,7 @@ def measure_profile(args: argparse.Namespace, state: dict, mach: dict, urls: dic
     if rc == 0:
         state["profile"] = str(path)
         state.setdefault("profile_runs", []).append({"pd": pd, "at": time.time()})
+        state.setdefault("calibrated", {}).update({n: True for n in SETS[args.set] if n in urls})
 
 
 def slo_of(profile, workload: dict) -> dict:  # noqa: ANN001 (StepProfile)
@@ -282,7 +288,7 @@ def choose_rates(state: dict, mach: dict) -> None:
                                     workload=make_workload(w["input_len"], w["output_len"], 1.0, num_requests=w["num"]),
                                     slo=make_slo(**state["slo"][name])))
         top = max(r.max_slo_rate or 0.0 for r in sizing.results) or 1.0
-        state["rates"][name] = [round(top * f, 3) for f in RATE_FRACTIONS]
+        state["rates"][name] = [round(top * f, 3) for f in RATE_FRACTIONS[mach["device"]]]
 
 
 def requests_of(workload: dict, rate: float, mach: dict) -> int:

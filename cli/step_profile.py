@@ -31,6 +31,8 @@ def command(
                                                        "transfer (--pd).")] = None,
     pd: Annotated[Optional[str], typer.Option(help="URL of a 1P1D proxy of the same units: the transfer's "
                                               "cost (default: not measured, zero).")] = None,
+    calibrate: Annotated[Optional[list[str]], typer.Option(help="URL of a proxy (replicas or P/D) whose load factor "
+                                                           "to measure, repeatable.")] = None,
     unit: Annotated[str, typer.Option(help="What one engine has, in words (the profile's unit).")] = "one CPU core",
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     max_num_seqs: Annotated[int, typer.Option(help="The server's --max-num-seqs.")] = 8,
@@ -52,7 +54,8 @@ def command(
     """Measure a step-time profile with bench's phases and fit it; `plan --gpus PROFILE:N` sizes with it.
 
     Idle TTFT at each prompt length and the ITL of decode batches on one plain server give the step costs; idle
-    P/D requests (--pd) give the transfer's. The fit's residuals are in the file. See docs/sizing.md.
+    P/D requests (--pd) give the transfer's; a closed-loop phase through a proxy (--calibrate) gives its kind's load
+    factor (steps under load over the idle fit). The fit's residuals are in the file. See docs/sizing.md.
 
     Examples:
 
@@ -81,7 +84,8 @@ def command(
         prefill_lens=_ints(prefill_lens, "--prefill-lens"), batches=_ints(batches, "--batches"),
         decode_lens=_ints(decode_lens, "--decode-lens"), decode_output=decode_output,
         transfer_lens=_ints(transfer_lens, "--transfer-lens"), repeats=repeats, num_blocks=num_blocks, tp=tp,
-        name=name or out.stem, timeout_s=timeout, steps_from=load_step_profile(steps_from) if steps_from else None)
+        name=name or out.stem, timeout_s=timeout, steps_from=load_step_profile(steps_from) if steps_from else None,
+        calibrate=tuple(u.rstrip("/") for u in calibrate or ()))
     err_console.print("measuring (bench phases, one after another) ...", highlight=False)
     profile = measure(request)
     write_step_profile(profile, out)
@@ -99,4 +103,5 @@ def command(
     c = profile.coefficients
     out_console.print(f"step = {c.base_s * 1e3:.3f} ms + {c.token_s * 1e6:.3f} us/token + {c.seq_s * 1e3:.3f} ms/request"
                       f" + {c.attention_s * 1e9:.4f} ns/attention pair; first token + {c.http_s * 1e3:.2f} ms; "
-                      f"{profile.num_blocks:,} blocks", highlight=False)
+                      f"{profile.num_blocks:,} blocks; load factors {profile.load_factors or 'none'}",
+                      highlight=False)

@@ -133,3 +133,31 @@ def test_a_negative_coefficient_is_dropped_not_kept():
     observations = [ttft_observation(n, 2048, v) for n, v in ((100, 0.02), (1000, 0.019), (1900, 0.018))]
     fitted, _ = fit_steps(observations)
     assert min(fitted.base_s, fitted.token_s, fitted.seq_s, fitted.attention_s, fitted.http_s) >= 0.0
+
+
+def test_a_closed_loop_keeps_its_concurrency():
+    result = simulate(SimDeployment(replica=_spec(seqs=8), num_replicas=1, http_s=C.http_s),
+                      [(0.0, 100, 4)] * 6, max_concurrency=2)
+    starts = sorted(r.arrival_s for r in result.requests)
+    assert starts[:2] == [0.0, 0.0] and all(s > 0 for s in starts[2:])
+    for request in result.requests:  # never more than 2 in flight when a request is sent
+        in_flight = sum(1 for r in result.requests if r.arrival_s <= request.arrival_s < r.end_s)
+        assert in_flight <= 2
+
+
+def test_the_load_factor_found_is_the_one_that_made_the_wall_time(tmp_path):
+    from hybridserve.core.launch.topology import TINY_MODEL_DIR
+    from hybridserve.core.model.profiles import load_model
+    from hybridserve.core.sizing.calibrate import load_factor, simulated_wall_s
+    from hybridserve.core.sizing.candidates import Candidate, EngineBuilder
+    from hybridserve.core.sizing.step_profile import StepProfile, TransferCost
+
+    profile = StepProfile(name="p", unit="u", device="cpu", model="tiny-qwen3.5", tp=1, coefficients=C,
+                          transfer=TransferCost(post_s=0.002), num_blocks=8192,
+                          limits=EngineLimits(max_num_seqs=8, max_num_batched_tokens=2048, max_model_len=2048))
+    builder = EngineBuilder(load_model(str(TINY_MODEL_DIR)), profile)
+    requests = [(64 + 97 * i % 1800, 8 + 13 * i % 120) for i in range(48)]
+    for candidate in (Candidate(name="r", num_replicas=2, replica_tp=1),
+                      Candidate(name="pd", num_prefill=1, prefill_tp=1, num_decode=1, decode_tp=1)):
+        wall = simulated_wall_s(builder, candidate, requests, 16, 2.5)
+        assert load_factor(builder, candidate, requests, 16, wall) == pytest.approx(2.5, rel=0.01)

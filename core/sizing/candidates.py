@@ -88,18 +88,18 @@ class EngineBuilder:
         layout = self.layout(tp)
         return max(0, kv_bytes + freed) // layout.page_size_bytes // layout.num_tensors
 
-    def coefficients(self, tp: int) -> StepCoefficients:
+    def coefficients(self, tp: int, load_factor: float = 1.0) -> StepCoefficients:
+        """The profile's step costs at `tp` (extrapolated where it did not measure it), times `load_factor`."""
         c = self.profile.coefficients
-        if tp == self.profile.tp:
-            return c
         scale = self.profile.tp / tp
-        return replace(c, token_s=c.token_s * scale, seq_s=c.seq_s * scale, attention_s=c.attention_s * scale)
+        return replace(c, base_s=c.base_s * load_factor, token_s=c.token_s * scale * load_factor,
+                       seq_s=c.seq_s * scale * load_factor, attention_s=c.attention_s * scale * load_factor)
 
-    def spec(self, tp: int) -> EngineSpec:
+    def spec(self, tp: int, load_factor: float = 1.0) -> EngineSpec:
         layout = self.layout(tp)
         blocks = functools.lru_cache(maxsize=None)(lambda tokens: Capacity.blocks_per_request(
             Capacity(weights_bytes=0, kv_cache_bytes=0, num_blocks=0), layout, tokens))
-        return EngineSpec(coefficients=self.coefficients(tp), limits=self.profile.limits,
+        return EngineSpec(coefficients=self.coefficients(tp, load_factor), limits=self.profile.limits,
                           num_blocks=self.num_blocks(tp), blocks_for=blocks)
 
     def transfer_s(self, prefill_tp: int, decode_tp: int):  # noqa: ANN201 (prompt tokens -> seconds)
@@ -115,13 +115,17 @@ class EngineBuilder:
             return price.transfer_s(descriptors=cost.served_descriptors, num_bytes=cost.total_bytes)
         return seconds
 
-    def deployment(self, candidate: Candidate, policy: RoutingPolicy) -> SimDeployment:
+    def deployment(self, candidate: Candidate, policy: RoutingPolicy,
+                   load_factor: float | None = None) -> SimDeployment:
+        """`load_factor`: None: the profile's for the candidate's kind (replicas or pd), else 1."""
         http_s = self.profile.coefficients.http_s
+        kind = "pd" if candidate.is_pd else "replicas"
+        f = self.profile.load_factors.get(kind, 1.0) if load_factor is None else load_factor
         if not candidate.is_pd:
-            return SimDeployment(replica=self.spec(candidate.replica_tp), num_replicas=candidate.num_replicas,
+            return SimDeployment(replica=self.spec(candidate.replica_tp, f), num_replicas=candidate.num_replicas,
                                  http_s=http_s, policy=policy)
-        return SimDeployment(prefill=self.spec(candidate.prefill_tp), num_prefill=candidate.num_prefill,
-                             decode=self.spec(candidate.decode_tp), num_decode=candidate.num_decode,
+        return SimDeployment(prefill=self.spec(candidate.prefill_tp, f), num_prefill=candidate.num_prefill,
+                             decode=self.spec(candidate.decode_tp, f), num_decode=candidate.num_decode,
                              transfer_s=self.transfer_s(candidate.prefill_tp, candidate.decode_tp), http_s=http_s,
                              policy=policy)
 

@@ -28,6 +28,7 @@ from hybridserve.core.common.errors import CouldNotRunError, InputError
 from hybridserve.core.sizing.step_fit import fit_steps, fit_transfer, itl_observation, ttft_observation
 from hybridserve.core.sizing.step_profile import EngineLimits, StepProfile, TransferCost
 
+MAX_CALIBRATION_REQUESTS = 160
 _BLOCKS = re.compile(r'^vllm:cache_config_info\{[^}]*num_gpu_blocks="(\d+)"', re.M)
 
 
@@ -50,6 +51,8 @@ class MeasureRequest:
     num_blocks: int | None = None  # None: from the server's /metrics
     timeout_s: float = 600.0
     steps_from: StepProfile | None = None  # measure the transfer only, on top of this profile's steps
+    calibrate: tuple[str, ...] = ()  # proxies (of replicas or of P/D) whose load factor to measure (calibrate.py)
+    calibration_requests: int = 3  # per seat: requests = this x the seats (engines x max_num_seqs)
 
 
 def _phase(lens: int, out: int, num: int, concurrency: int) -> PhaseSpec:
@@ -96,11 +99,13 @@ def server_blocks(url: str) -> int:
 
 def measure(request: MeasureRequest) -> StepProfile:
     if request.steps_from is not None:
-        if not request.pd_url:
-            raise InputError("--steps-from: accepted with --pd only (it measures the transfer on top of the steps)")
-        transfer, rows = _measure_transfer(request, request.steps_from.coefficients)
-        return replace(request.steps_from, transfer=transfer,
-                       measured={**request.steps_from.measured, "transfer": rows})
+        if not (request.pd_url or request.calibrate):
+            raise InputError("--steps-from: accepted with --pd or --calibrate (what to measure on top of the steps)")
+        profile = request.steps_from
+        if request.pd_url:
+            transfer, rows = _measure_transfer(request, profile.coefficients)
+            profile = replace(profile, transfer=transfer, measured={**profile.measured, "transfer": rows})
+        return _calibrated(request, profile)
     longest = max(request.prefill_lens + request.decode_lens) + request.decode_output
     if longest > request.limits.max_model_len:
         raise InputError(f"step-profile: prompts of up to {longest} tokens do not fit --max-model-len "
@@ -122,7 +127,7 @@ def measure(request: MeasureRequest) -> StepProfile:
     transfer, transfer_rows = TransferCost(), []
     if request.pd_url:
         transfer, transfer_rows = _measure_transfer(request, coefficients)
-    return StepProfile(
+    return _calibrated(request, StepProfile(
         name=request.name, unit=request.unit, device=request.device, model=request.model.name, tp=request.tp,
         coefficients=coefficients, transfer=transfer, limits=request.limits,
         num_blocks=num_blocks,
@@ -130,7 +135,49 @@ def measure(request: MeasureRequest) -> StepProfile:
                   "prompt_tokens": [min(request.prefill_lens), max(request.prefill_lens)],
                   "max_batch": max(b for b, _ in decode_grid), "fit": residuals,
                   "decode_batches_not_fitting": [f"b{b} c{c}" for b, c in too_big],
-                  "transfer": transfer_rows or "not measured (no P/D deployment given): zero"})
+                  "transfer": transfer_rows or "not measured (no P/D deployment given): zero"}))
+
+
+def _calibrated(request: MeasureRequest, profile: StepProfile) -> StepProfile:
+    """The profile with each --calibrate proxy's load factor (calibrate.py)."""
+    import httpx
+
+    from hybridserve.core.model.profiles import load_model
+    from hybridserve.core.sizing.calibrate import load_factor
+    from hybridserve.core.sizing.candidates import Candidate, EngineBuilder
+
+    factors, rows = dict(profile.load_factors), []
+    builder = EngineBuilder(load_model(str(request.model)), profile)
+    for url in request.calibrate:
+        health = httpx.get(f"{url}/health", timeout=30).json()
+        replicas, prefill, decode = (len(health.get(k) or ()) for k in ("replica", "prefill", "decode"))
+        if not (replicas or (prefill and decode)):
+            raise CouldNotRunError(f"--calibrate {url}: its /health lists no replica and no prefill/decode; "
+                                   "accepted: the URL of the project's proxy")
+        candidate = Candidate(name="", num_replicas=replicas, replica_tp=request.tp, num_prefill=prefill,
+                              prefill_tp=request.tp, num_decode=decode, decode_tp=request.tp)
+        longest = min(max(request.prefill_lens), request.limits.max_model_len - 128)
+        per_engine = min(request.limits.max_num_seqs, profile.num_blocks // max(1, _blocks(request, longest // 2 + 68)))
+        seats = (replicas or decode) * max(1, per_engine)  # every seat busy, as many as the blocks hold
+        phase = PhaseSpec(load=Load(max_concurrency=seats),
+                          num_requests=min(MAX_CALIBRATION_REQUESTS, request.calibration_requests * seats),
+                          input_len=LengthDist(min_tokens=64, max_tokens=longest),
+                          output_len=LengthDist(min_tokens=8, max_tokens=128))
+        result = _bench(url, [_phase(32, 2, 2, 1), phase], request)[1]
+        pairs = [(r.input_tokens, r.max_output_tokens) for r in result.records]
+        kind = "replicas" if replicas else "pd"
+        factors[kind] = load_factor(builder, candidate, pairs, seats, result.client.wall_s)
+        rows.append({"kind": kind, "url": url, "concurrency": seats, "requests": len(pairs),
+                     "measured_wall_s": round(result.client.wall_s, 3), "load_factor": factors[kind]})
+    if not rows:
+        return profile
+    return replace(profile, load_factors=factors, measured={**profile.measured, "calibration": rows})
+
+
+def _blocks(request: MeasureRequest, tokens: int) -> int:
+    from hybridserve.core.layout.capacity import Capacity
+
+    return Capacity(weights_bytes=0, kv_cache_bytes=0, num_blocks=0).blocks_per_request(_layout(request), tokens)
 
 
 def _layout(request: MeasureRequest):  # noqa: ANN202 (RankLayout)

@@ -110,8 +110,14 @@ class _Cluster:
     def at(self, time: float, action: Callable[[], None]) -> None:
         heapq.heappush(self.events, (time, next(self.counter), action))
 
-    def run(self, requests: list[SimRequest]) -> None:
-        for request in requests:
+    def run(self, requests: list[SimRequest], max_concurrency: int | None = None) -> None:
+        """Open loop (each request at its arrival time), or closed (`max_concurrency` in flight, the next sent when
+        one finishes, as bench's --concurrency sends them)."""
+        self.pending = list(reversed(requests)) if max_concurrency else []
+        first = requests[:max_concurrency] if max_concurrency else requests
+        if max_concurrency:
+            del self.pending[len(self.pending) - len(first):]
+        for request in first:
             self.at(request.arrival_s, lambda r=request: self._arrive(r))
         while self.events:
             now, _, action = heapq.heappop(self.events)
@@ -170,6 +176,10 @@ class _Cluster:
 
     def _done(self, request: SimRequest, job: Job, engine: Engine) -> None:
         self._emit(request, job)
+        if not job.is_holding and self.pending:  # the request is answered: a closed loop sends the next one
+            nxt = self.pending.pop()
+            nxt.arrival_s = self.now + self.d.http_s
+            self.at(nxt.arrival_s, lambda: self._arrive(nxt))
         if self.d.is_pd and job.is_holding:  # prefill answered: the proxy's decode hop
             self.prefill_job[request.rid] = (job, engine)
             decode_job = Job(rid=request.rid, prompt_tokens=request.prompt_tokens + 1,
@@ -188,11 +198,13 @@ class _Cluster:
         self._kick(engine)
 
 
-def simulate(deployment: SimDeployment, arrivals: list[tuple[float, int, int]]) -> SimResult:
-    """`arrivals`: (arrival s, prompt tokens, output tokens) per request (workload.Workload.draw)."""
+def simulate(deployment: SimDeployment, arrivals: list[tuple[float, int, int]], *,
+             max_concurrency: int | None = None) -> SimResult:
+    """`arrivals`: (arrival s, prompt tokens, output tokens) per request (workload.Workload.draw); with
+    `max_concurrency`, a closed loop: the arrival times are ignored but the first ones' (0)."""
     cluster = _Cluster(deployment)
     requests = [SimRequest(rid=i, arrival_s=a, prompt_tokens=p, output_tokens=o)
                 for i, (a, p, o) in enumerate(arrivals)]
-    cluster.run(requests)
+    cluster.run(requests, max_concurrency)
     engines = cluster.front.engines + (cluster.back.engines if cluster.back else [])
     return SimResult(requests=tuple(requests), num_preemptions=sum(e.num_preemptions for e in engines))

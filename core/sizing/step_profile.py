@@ -74,6 +74,10 @@ class StepProfile:
     transfer: TransferCost
     limits: EngineLimits
     num_blocks: int  # KV cache blocks of one engine (vLLM's num_gpu_blocks; CPU: from VLLM_CPU_KVCACHE_SPACE)
+    # steps under sustained load over the idle fit, per deployment kind ("replicas", "pd"), from a closed-loop phase
+    # through each kind's proxy (calibrate.py): the host's share of the machine (its API servers, the proxy, the
+    # client on the same cores) and anything else idle requests do not show; absent: 1
+    load_factors: dict[str, float] = field(default_factory=dict)
     measured: dict[str, Any] = field(default_factory=dict)  # date, command, versions, fit residuals, ranges
 
     @property
@@ -110,6 +114,7 @@ def load_step_profile(ref: str | Path) -> StepProfile:
             model=str(raw["model"]), tp=int(raw.get("tp", 1)),
             coefficients=StepCoefficients(**raw["coefficients"]), transfer=TransferCost(**raw.get("transfer") or {}),
             limits=EngineLimits(**raw["limits"]), num_blocks=int(raw["num_blocks"]),
+            load_factors={str(k): float(v) for k, v in (raw.get("load_factors") or {}).items()},
             measured=dict(raw.get("measured") or {}))
     except (OSError, yaml.YAMLError, AttributeError, KeyError, TypeError, ValueError) as exc:
         raise InputError(f"step profile {path}: not a {SCHEMA} file ({type(exc).__name__}: {exc}); accepted: a file "
@@ -120,7 +125,7 @@ def profile_dict(profile: StepProfile) -> dict[str, Any]:
     return {"schema": SCHEMA, "name": profile.name, "unit": profile.unit, "device": profile.device,
             "model": profile.model, "tp": profile.tp, "coefficients": asdict(profile.coefficients),
             "transfer": asdict(profile.transfer), "limits": asdict(profile.limits), "num_blocks": profile.num_blocks,
-            "measured": profile.measured}
+            "load_factors": profile.load_factors, "measured": profile.measured}
 
 
 def write_step_profile(profile: StepProfile, path: Path) -> None:
