@@ -58,7 +58,7 @@ WORKLOADS = {
 # workload's longest prompt, a decode step at its longest context), 90 % of requests within both (DistServe)
 SLO_SCALE = 5
 RATE_FRACTIONS = {"cpu": (0.25, 0.5, 0.8, 1.0, 1.25), "cuda": (0.5, 0.8, 1.0, 1.25)}  # of plan's highest rate in
-# SLO for the best configuration (the H200's calls are short: no quarter-load cell)
+# SLO for the replicas (the H200's calls are short: no quarter-load cell)
 MIN_REQUESTS = 20  # a cell sends min(the workload's, max(MIN_REQUESTS, rate x the machine's cell_s)) requests
 
 
@@ -269,7 +269,8 @@ def slo_of(profile, workload: dict) -> dict:  # noqa: ANN001 (StepProfile)
 
 
 def choose_rates(state: dict, mach: dict) -> None:
-    """Per workload: its SLO (slo_of), then fractions of plan's highest rate in SLO for the best configuration."""
+    """Per workload: its SLO (slo_of), then fractions of plan's highest rate in SLO for the aggregated replicas (the
+    baseline, whose load factor is measured first)."""
     from hybridserve.core.model.profiles import load_model
     from hybridserve.core.sizing.recommend import SizingRequest, size
     from hybridserve.core.sizing.step_profile import load_step_profile
@@ -287,7 +288,8 @@ def choose_rates(state: dict, mach: dict) -> None:
         sizing = size(SizingRequest(model=load_model(mach["model"]), profile=profile, num_units=state["units"],
                                     workload=make_workload(w["input_len"], w["output_len"], 1.0, num_requests=w["num"]),
                                     slo=make_slo(**state["slo"][name])))
-        top = max(r.max_slo_rate or 0.0 for r in sizing.results) or 1.0
+        top = next(r.max_slo_rate for r in sizing.results if not r.candidate.is_pd) or 1.0  # the replicas'
+
         state["rates"][name] = [round(top * f, 3) for f in RATE_FRACTIONS[mach["device"]]]
 
 
