@@ -368,8 +368,9 @@ def report(state: dict) -> dict:
         slo = make_slo(**state["slo"][workload])
         for rate in state["rates"].get(workload, []):
             found, aa, sent = [], None, {}
-            for target, shape in [*SETS[state["set"]].items(), *[(f"{n} (A/A)", s) for n, s in
-                                                                SETS[state["set"]].items() if n.startswith("replicas")]]:
+            shapes = SETS[state["set"]]
+            aa_shapes = [(f"{n} (A/A)", s) for n, s in shapes.items() if n.startswith("replicas")]
+            for target, shape in [*shapes.items(), *aa_shapes]:
                 entry = state["cells"].get(f"{workload}|{rate}|{target}", {})
                 if "measured" not in entry:
                     continue
@@ -448,7 +449,8 @@ def call(args: argparse.Namespace) -> None:
     if args.dry_run:
         for index, name in enumerate(names):
             path, topo, commands = deployments.plan(name, index)
-            print(f"# {name}: {path}\n{yaml.safe_dump(topo)}" + "".join(f"start: {' '.join(c[3:])}\n" for c in commands))
+            starts = "".join(f"start: {' '.join(c[3:])}\n" for c in commands)
+            print(f"# {name}: {path}\n{yaml.safe_dump(topo)}{starts}")
         print("mps: nvidia-cuda-mps-control -d (unless one runs); at the end: echo quit | nvidia-cuda-mps-control")
         return
     state = load_state(args, mach)
@@ -543,7 +545,8 @@ def main() -> None:
     p.add_argument("--num-requests", type=int, default=None, help="requests per cell (default: the workload's)")
     p.add_argument("--dry-run", action="store_true", help="print the topologies and launch commands only")
     a = p.parse_args()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` at the deadline: stop what was started    a.state = a.state or Path(f"/tmp/hs-equal/{a.set}")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` at the deadline: stop what was started
+    a.state = a.state or Path(f"/tmp/hs-equal/{a.set}")
     a.deadline = float(os.environ["DEADLINE"]) - 10 if os.environ.get("DEADLINE") else time.time() + 3 * 3600
     if a.num_requests:
         for w in WORKLOADS.values():
