@@ -443,7 +443,6 @@ def render(data: dict) -> None:
 def call(args: argparse.Namespace) -> None:
     """One device call (H200): MPS daemon, every deployment of the set, profile once, cells until the deadline."""
     mach = machine(args)
-    args.state.mkdir(parents=True, exist_ok=True)
     names = list(SETS[args.set])
     deployments = Deployments(args, mach, names)
     if args.dry_run:
@@ -453,6 +452,7 @@ def call(args: argparse.Namespace) -> None:
             print(f"# {name}: {path}\n{yaml.safe_dump(topo)}{starts}")
         print("mps: nvidia-cuda-mps-control -d (unless one runs); at the end: echo quit | nvidia-cuda-mps-control")
         return
+    args.state.mkdir(parents=True, exist_ok=True)
     state = load_state(args, mach)
     done, began = False, time.time()
     with Mps(args.dry_run):

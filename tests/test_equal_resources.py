@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -77,9 +78,11 @@ def test_on_cpu_1p1d_and_two_replicas_take_cores_0_and_1(script, tmp_path):
     assert cores == {"pd-1p1d": ["cores 0", "cores 1"], "replicas-2": ["cores 0", "cores 1"]}
 
 
-def test_the_dry_run_prints_the_launches_and_the_mps_daemon(tmp_path):
-    done = subprocess.run([sys.executable, str(SCRIPT), "call", "--set", "3", "--dry-run", "--state", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("state", [True, False], ids=["state-given", "default-state"])
+def test_the_dry_run_prints_the_launches_and_the_mps_daemon(tmp_path, state):
+    argv = [sys.executable, str(SCRIPT), "call", "--set", "3", "--dry-run"] + (["--state", str(tmp_path)] if state
+                                                                              else [])
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120, env={**os.environ, "OUT": str(tmp_path)})
     assert done.returncode == 0, done.stderr
     starts = [line for line in done.stdout.splitlines() if line.startswith("start: ")]
     assert len(starts) == 3 * 4  # per configuration: its three engines, then its proxy
