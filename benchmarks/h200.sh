@@ -19,10 +19,10 @@
 #                                                     # proxy) and from decode (a second proxy, vLLM's way);
 #                                                     # FLAGS go to hybridserve validate
 #   bash benchmarks/h200.sh fallback-warning          # "launch's TCP-fallback warning, live"
-#   bash benchmarks/h200.sh async-start               # "Async scheduling, H200": benchmarks/async_pd_h200.py start,
-#   bash benchmarks/h200.sh async-faults              # then faults, bench, stop: one call each, back to back (the
-#   bash benchmarks/h200.sh async-bench               # servers live across the calls)
-#   bash benchmarks/h200.sh async-stop
+#   bash benchmarks/h200.sh served-start              # "Served on the H200, as users serve": benchmarks/served_h200.py
+#   bash benchmarks/h200.sh served-bench              # start, then bench, faults, stop: one call each, back to back
+#   bash benchmarks/h200.sh served-faults             # (the servers live across the calls; bench before faults, so
+#   bash benchmarks/h200.sh served-stop               # that plan can follow the servers' request history)
 #   bash benchmarks/h200.sh equal-resources [SET]     # "P/D against aggregated replicas at equal resources":
 #                                                     # benchmarks/equal_resources.py call, MPS shares of GPU 0
 #                                                     # (SET 1p1d: 1P1D against 2 replicas; 3: 2P1D and 1P2D
@@ -36,6 +36,11 @@
 #                                                     # benchmarks/nixl_dead_peer.py (nixl alone, no vLLM)
 #   bash benchmarks/h200.sh ipc-cache-cost [FLAGS]    # the same section: a READ's time by descriptor count, cuda_ipc
 #                                                     # cache on and off (benchmarks/nixl_ipc_cache_cost.py)
+#   bash benchmarks/h200.sh cold-start [FLAGS]        # launch with vLLM's defaults (issue 38, docs/served-defaults.md):
+#                                                     # its dry run on this GPU, a cold start of the 60-layer model
+#                                                     # (a fresh torch.compile cache) to healthy, and each engine's
+#                                                     # start-up lines that launch's progress line reads; FLAGS go
+#                                                     # to launch
 # FLAGS go to the stage's script (kernels: benchmarks/kernels_h200.py tune; tuned-serving:
 # benchmarks/served_tuned_profile.py); a later flag wins over the stage's own.
 # HYBRIDSERVE_DRY=1 prints what a stage would run and runs nothing (tests/test_benchmarks_md.py runs every stage
@@ -50,7 +55,7 @@ DRY=${HYBRIDSERVE_DRY:-}
 OUT=${OUT:?OUT: the folder for the results}
 mkdir -p "$OUT"
 deadline=${DEADLINE:-$(( $(date +%s) + 560 ))}
-export DEADLINE=$deadline  # the stage's scripts end their own work before it (async_pd_h200.py, served_pd.py)
+export DEADLINE=$deadline  # the stage's scripts end their own work before it (served_h200.py, served_pd.py)
 M60=/tmp/m60                           # the 60-layer model (Qwen3.5-397B's TP1 per-layer geometry, random weights)
 M60_FLAGS=(--model $M60 --device cuda --max-model-len 34816 --enforce-eager --gdn-prefill-backend triton)
 
@@ -259,12 +264,14 @@ YAML
   done
 }
 
-async_step() {  # STEP: five deployments started once, then validate's faults and bench against them
+served_step() {  # STEP: the deployments started once, all at once, then bench, validate's faults, stop
   setup vllm
   [ "$1" = start ] && model_60_layers
-  run "$OUT/async_$1.out" "$(left 5)" python3 benchmarks/async_pd_h200.py "$1" --out "$OUT"
-  [ -n "$DRY" ] || tail -c 4000 "$OUT/async_$1.out"
-  [ "$1" = stop ] && keep_logs /tmp/hs-async/runs/pd-on && keep_logs /tmp/hs-async/runs/pd-off
+  run "$OUT/served_$1.out" "$(left 5)" python3 benchmarks/served_h200.py "$1" --out "$OUT"
+  [ -n "$DRY" ] || tail -c 4000 "$OUT/served_$1.out"
+  if [ "$1" = stop ]; then
+    local d; for d in pd pd-ipc-cache single single-b single-sync pd-lease; do keep_logs "/tmp/hs-served/runs/$d"; done
+  fi
   pack
 }
 
@@ -329,6 +336,28 @@ equal_resources() {  # SET [FLAGS]: one call of the sweep; the MPS daemon never 
   pack
 }
 
+# the vLLM log lines core/launch/start_phase.py names a phase by (its MARKERS)
+PHASE_LINES='Starting to load model|Loading weights took|Model loading took|Dynamo bytecode transform|Compiling a graph'\
+'|Directly load the compiled|torch.compile took|Memory profiling takes|Profiling CUDA graph memory|Available KV cache'\
+'|KV cache size|Compile and warming up|Warming up model|Capturing CUDA graphs|Graph capturing finished|init engine'\
+'|Starting vLLM server|Application startup complete|with config:|GDN prefill kernel|Auto-fit max_model_len'
+
+cold_start() {  # launch as users serve, cold: the dry run, the time to healthy, every engine's start-up lines
+  setup vllm
+  model_60_layers
+  run "$OUT/cold_dry_run.json" 60 hybridserve launch --role all --device cuda --model $M60 --dry-run --json "$@"
+  start "$OUT/cold_launch.out" env VLLM_CACHE_ROOT=/tmp/hs-cold-cache-$$ hybridserve launch --role all --device cuda \
+    --model $M60 --run-dir /tmp/hs-cold --json "$@"
+  local pid=$started
+  healthy http://127.0.0.1:8000 "$(left 30)"
+  stop $pid
+  [ -n "$DRY" ] && return 0
+  local f
+  for f in /tmp/hs-cold/*/*-0.log; do  # tqdm redraws its bar with CR: one line per redraw
+    tr '\r' '\n' < "$f" | grep -aE "$PHASE_LINES" | grep -v "GET /health" > "$OUT/cold_$(basename "$f" .log)_phases.log"
+  done
+}
+
 case "$stage" in
   copy-bundle) copy_bundle "$@" ;;
   prepare) prepare ;;
@@ -339,16 +368,17 @@ case "$stage" in
   serve) serve "$@" ;;
   validate) validate "$@" ;;
   fallback-warning) fallback_warning "$@" ;;
-  async-start) async_step start ;;
-  async-faults) async_step faults ;;
-  async-bench) async_step bench ;;
-  async-stop) async_step stop ;;
+  served-start) served_step start ;;
+  served-bench) served_step bench ;;
+  served-faults) served_step faults ;;
+  served-stop) served_step stop ;;
   chaos) chaos "$@" ;;
   equal-resources) equal_resources "$@" ;;
   dead-peer) dead_peer "$@" ;;
   ipc-cache-cost) ipc_cache_cost "$@" ;;
+  cold-start) cold_start "$@" ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
-       "fallback-warning, async-start, async-faults, async-bench, async-stop, chaos, equal-resources, dead-peer or" \
-       "ipc-cache-cost" \
+       "fallback-warning, served-start, served-bench, served-faults, served-stop, chaos, equal-resources, dead-peer" \
+       "or ipc-cache-cost" \
        "(got '${stage}')"; exit 2 ;;
 esac

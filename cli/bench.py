@@ -51,25 +51,48 @@ def command(
     fault: Annotated[Optional[str], typer.Option(help="Arm a fault in a started deployment's decode server "
                                                  "(tests): slow_decode, ...")] = None,
     device: Annotated[str, typer.Option(help="Where started configurations run: cpu or cuda (as launch).")] = "cpu",
-    max_model_len: Annotated[Optional[int], typer.Option(help="vLLM --max-model-len of started servers.")] = None,
-    max_num_seqs: Annotated[Optional[int], typer.Option(help="vLLM --max-num-seqs of started servers.")] = None,
+    max_model_len: Annotated[Optional[int], typer.Option(help="vLLM --max-model-len of started servers (default: "
+                                                         "launch's: CUDA the model's, CPU 2048).")] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option(help="vLLM --max-num-seqs of started servers (default: "
+                                                        "launch's: CUDA vLLM's, CPU 8).")] = None,
     gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend of started "
                                                                "servers.")] = None,
-    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="CUDA: started servers skip "
-                                                "torch.compile and CUDA graphs.")] = False,
+    enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager", show_default=False,
+                                                         help="Started servers skip torch.compile and CUDA graphs. "
+                                                         "Default: as launch (CPU on, CUDA off).")] = None,
+    allow_unlike: Annotated[bool, typer.Option("--allow-unlike", metavar="", help="Measure targets whose engine "
+                                               "settings differ (marked above every number) instead of refusing.")] = False,
+    gpus: Annotated[Optional[list[str]], typer.Option(help="GPUs a URL target holds, for tokens/s per GPU and its "
+                                                      "memory share: N (every URL target) or ROLE=N, "
+                                                      "repeatable.")] = None,
+    slo_ttft: Annotated[Optional[float], typer.Option(help="Goodput's TTFT objective, ms.")] = None,
+    slo_itl: Annotated[Optional[float], typer.Option(help="Goodput's ITL objective, ms: a request's mean ITL (vLLM "
+                                                     "bench serve's TPOT).")] = None,
     base_port: Annotated[int, typer.Option(help="Ports of started configurations (proxy; P +100, D +200).")] = 8000,
     run_dir: Annotated[Path, typer.Option(help="Folder for the started servers' logs.")] = Path("runs"),
-    timeout: Annotated[float, typer.Option(help="Seconds per request, and to wait for started servers.")] = 600.0,
+    timeout: Annotated[Optional[float], typer.Option(help="Seconds per request (default 600), and to wait for "
+                                                     "started servers (default: launch's, CPU 300, CUDA 900).",
+                                                     show_default=False)] = None,
     png: Annotated[Optional[Path], typer.Option(help="Write TTFT and ITL percentiles per target to this PNG.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Also write the --json result to this file.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Drive a P/D deployment and a baseline with the same requests, one target at a time, and compare them.
 
+    Like with like first: before it measures, bench reads every target's engine settings (max-num-seqs,
+    max-model-len, memory share, eager or graphs, GDN prefill backend, async scheduling, dtypes) from vLLM's
+    /metrics (vllm:cache_config_info), /v1/models, and for servers hybridserve launched (started here, or a live
+    launch run under --run-dir) their flags and logs. Targets that differ, the P/D split itself aside (P and D of
+    one deployment are one target; shares of a GPU are summed per GPU), are refused (exit 2, one line naming the
+    setting) unless --allow-unlike, which measures them and marks the difference above every number. What it could
+    not read for a target is named, never guessed.
+
     Prompts are random token ids (no tokenizer needed); every output is exactly --output-len tokens. Per phase:
-    TTFT, ITL and end-to-end p50/p90/p99, request and output-token throughput; for P/D, decode's NIXL transfers,
-    descriptors, post and transfer time and bytes per transfer (its /metrics before and after the phase) beside
-    plan's prediction. Exit 0, or 2 when it could not run.
+    TTFT, ITL and end-to-end p50/p90/p99, request, output and total tokens/s, per GPU where the target's GPUs are
+    known, goodput (DistServe's: requests/s within --slo-ttft and --slo-itl, a request's ITL being its mean, as
+    vLLM bench serve's --goodput counts TPOT); for P/D, decode's NIXL transfers, descriptors, post and transfer
+    time and bytes per transfer (its /metrics before and after the phase) beside plan's prediction. Exit 0, or 2
+    when it could not run or refused.
 
     Examples:
 
@@ -79,6 +102,9 @@ def command(
           --device cuda --input-len 500:12000 --num-requests 48 --concurrency 16 --probes 3 --probe-after 16
 
       hybridserve bench --baseline single-sync --control single-sync --json > bench.json     # with an A/A control
+
+      hybridserve bench --deployment http://127.0.0.1:8000 --baseline http://127.0.0.1:8300 --gpus 1 \\
+          --slo-ttft 2000 --slo-itl 50 --allow-unlike     # URL targets on one GPU each, goodput, marked if unlike
     """
     from hybridserve.core.bench.lengths import parse_length
     from hybridserve.core.bench.load import make_load
@@ -87,6 +113,9 @@ def command(
     from hybridserve.core.common.fault_kind import parse_fault
     from hybridserve.core.common.output_path import check_output_path
     from hybridserve.core.launch.keys import read_key
+    from hybridserve.core.bench.goodput import make_slo
+    from hybridserve.core.bench.settings_check import parse_gpus
+    from hybridserve.core.launch.start_phase import default_start_timeout
     from hybridserve.core.launch.topology import Device, EngineOptions
 
     for path, flag in ((png, "--png"), (out, "--out")):
@@ -99,14 +128,16 @@ def command(
     phases = tuple(PhaseSpec(load=load, num_requests=num_requests, input_len=parse_length(text, flag="--input-len"),
                              output_len=outputs, probe=probe) for text in input_len)
     engine = EngineOptions(gdn_prefill_backend=gdn_prefill_backend, is_enforce_eager=enforce_eager,
-                           **({"max_model_len": max_model_len} if max_model_len else {}),
-                           **({"max_num_seqs": max_num_seqs} if max_num_seqs else {}))
+                           max_model_len=max_model_len, max_num_seqs=max_num_seqs)
+    targets, where = _targets(deployment, baseline, control, metrics, parse_fault(fault)), Device.parse(device)
     request = BenchRequest(
-        targets=_targets(deployment, baseline, control, metrics, parse_fault(fault)), phases=phases, seed=seed,
+        targets=targets, phases=phases, seed=seed,
         prompt_seed=prompt_seed, model=model, served_model=served_model, vocab_size=vocab_size, base_port=base_port,
-        run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout, request_timeout_s=timeout,
-        device=Device.parse(device).value, engine=engine,
-        api_key=read_key(api_key_file, what="--api-key-file") if api_key_file else None)
+        run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout or default_start_timeout(where),
+        request_timeout_s=timeout or 600.0, device=where.value, engine=engine,
+        api_key=read_key(api_key_file, what="--api-key-file") if api_key_file else None, allow_unlike=allow_unlike,
+        gpus=parse_gpus(gpus, tuple(t.role for t in targets if t.target.url is not None)),
+        slo=make_slo(slo_ttft, slo_itl))
     report = _run_with_progress(request)
     from hybridserve.cli.bench_render import render, report_dict, write_json
 

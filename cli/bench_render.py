@@ -12,6 +12,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from hybridserve.cli.bench_settings_render import render_settings, settings_dict
 from hybridserve.core.bench.client_stats import ClientSummary
 from hybridserve.core.bench.prediction import FIRST_REQUEST, FRESH_ASSUMPTION, Prediction
 from hybridserve.core.bench.run import BenchReport, PhaseResult
@@ -37,8 +38,14 @@ def _client_rows(summary: ClientSummary, prefix: str = "") -> list[tuple[str, fl
     rows += [(f"{prefix}E2E {p} ms", getattr(summary.e2e_s, p), "ms") for p in ("p50", "p90", "p99")]
     if not prefix:
         rows += [("requests/s", summary.request_throughput, "n"), ("output tokens/s", summary.output_throughput, "n"),
-                 ("wall s", summary.wall_s, "n")]
+                 ("total tokens/s", summary.total_throughput, "n"), ("wall s", summary.wall_s, "n")]
+        if summary.num_good is not None:
+            rows.append(("goodput requests/s (within the SLO)", summary.goodput, "n"))
     return rows
+
+
+def per_gpu(value: float | None, num_gpus: int | None) -> float | None:
+    return value / num_gpus if value is not None and num_gpus else None
 
 
 def _nixl_rows(stats: NixlStats | None, num_ok: int, plan: Prediction | None) -> list[tuple[str, str, str]]:
@@ -81,12 +88,14 @@ def _plan_basis(plan: Prediction) -> str:
 
 
 def render(console: Console, report: BenchReport) -> None:
+    render_settings(console, report.settings, report.likeness)  # before any number
     head = Table(title=f"bench: {report.model}, prompt ids below {report.vocabulary.size:,} (seed {report.seed}, "
                        f"prompt seed {report.prompt_seed})")
-    for name in ("role", "target", "url", "metrics from", "time s (start + phases)"):
-        head.add_column(name, justify="right" if name.startswith("time") else "left")
+    for name in ("role", "target", "url", "metrics from", "GPUs", "time s (start + phases)"):
+        head.add_column(name, justify="right" if name.startswith(("time", "GPUs")) else "left")
     for t in report.targets:
-        head.add_row(t.role, t.label, t.url, ", ".join(t.metrics_urls), f"{t.elapsed_s:.1f}")
+        head.add_row(t.role, t.label, t.url, ", ".join(t.metrics_urls), "-" if t.num_gpus is None else str(t.num_gpus),
+                     f"{t.elapsed_s:.1f}")
     console.print(head)
     for i, work in enumerate(report.phases):
         console.print(_phase_table(report, i, work.spec.name))
@@ -98,7 +107,10 @@ def _phase_table(report: BenchReport, index: int, name: str) -> Table:
     roles = [t.role for t in targets]
     plan = report.predictions[index]
     mean = f"; plan: mean over its {plan.mean_prompt_tokens:,.0f}-token mean prompts" if plan else ""
-    table = Table(title=f"phase {index + 1}: {name}, {report.phases[index].spec.num_requests} requests{mean}")
+    slo = f"; goodput SLO: {report.slo.name}" if report.slo else ""
+    unlike = "; UNLIKE targets (see above)" if report.likeness and not report.likeness.is_like else ""
+    table = Table(title=f"phase {index + 1}: {name}, {report.phases[index].spec.num_requests} requests{mean}{slo}"
+                        f"{unlike}")
     table.add_column("measure")
     for role in roles:
         table.add_column(role, justify="right")
@@ -109,6 +121,11 @@ def _phase_table(report: BenchReport, index: int, name: str) -> Table:
     table.add_row("requests ok / sent", *[f"{p.client.num_ok} / {p.client.num_sent}" for p in phases],
                   *["" for _ in pairs], "")
     _add_client(table, phases, roles, pairs, lambda p: p.client, "")
+    for label, pick in (("output tokens/s per GPU", lambda s: s.output_throughput),
+                        ("total tokens/s per GPU", lambda s: s.total_throughput)):
+        values = [per_gpu(pick(p.client), t.num_gpus) for p, t in zip(phases, targets)]
+        table.add_row(label, *[_num(v) for v in values],
+                      *[_ratio(values[roles.index(a)], values[roles.index(b)]) for a, b in pairs], "")
     if any(p.probes for p in phases):
         table.add_row("probes ok / sent", *[f"{p.probes.num_ok} / {p.probes.num_sent}" if p.probes else "-"
                                              for p in phases], *["" for _ in pairs], "")
@@ -135,6 +152,7 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
     return {
         "model": report.model, "vocab_size": report.vocabulary.size, "vocab_source": report.vocabulary.source,
         "seed": report.seed, "prompt_seed": report.prompt_seed, "elapsed_s": report.elapsed_s,
+        "settings": settings_dict(report.settings, report.likeness), "slo": asdict(report.slo) if report.slo else None,
         "phases": [{"name": w.spec.name, "load": asdict(w.spec.load), "num_requests": w.spec.num_requests,
                     "input_len": str(w.spec.input_len), "output_len": str(w.spec.output_len),
                     "probe": asdict(w.spec.probe) if w.spec.probe else None, "input_lens": list(w.input_lens),
@@ -143,20 +161,24 @@ def report_dict(report: BenchReport) -> dict[str, Any]:
                    for w, p, q in zip(report.phases, report.predictions, report.probe_predictions)],
         "targets": [{"role": t.role, "label": t.label, "url": t.url, "metrics_urls": list(t.metrics_urls),
                      "run_dir": str(t.run_dir) if t.run_dir else None, "elapsed_s": t.elapsed_s,
-                     "phases": [_phase_dict(p) for p in t.phases]} for t in report.targets],
+                     "num_gpus": t.num_gpus, "phases": [_phase_dict(p, t.num_gpus) for p in t.phases]}
+                    for t in report.targets],
     }
 
 
-def _summary_dict(summary: ClientSummary | None) -> dict[str, Any] | None:
+def _summary_dict(summary: ClientSummary | None, num_gpus: int | None = None) -> dict[str, Any] | None:
     if summary is None:
         return None
     out = asdict(summary)
-    out.update(request_throughput=summary.request_throughput, output_throughput=summary.output_throughput)
+    out.update(request_throughput=summary.request_throughput, output_throughput=summary.output_throughput,
+               total_throughput=summary.total_throughput, goodput=summary.goodput,
+               output_throughput_per_gpu=per_gpu(summary.output_throughput, num_gpus),
+               total_throughput_per_gpu=per_gpu(summary.total_throughput, num_gpus))
     return out
 
 
-def _phase_dict(phase: PhaseResult) -> dict[str, Any]:
-    return {"client": _summary_dict(phase.client), "probes": _summary_dict(phase.probes),
+def _phase_dict(phase: PhaseResult, num_gpus: int | None = None) -> dict[str, Any]:
+    return {"client": _summary_dict(phase.client, num_gpus), "probes": _summary_dict(phase.probes),
             "nixl": asdict(phase.nixl) if phase.nixl else None,
             "records": [asdict(r) for r in phase.records]}
 

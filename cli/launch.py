@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,7 +16,10 @@ from hybridserve.cli.options import JsonOpt
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.model.dtypes import DType, parse_optional
+from hybridserve.core.model.profiles import device_memory_bytes
 from hybridserve.core.launch.async_scheduling import HELP as ASYNC_HELP
+from hybridserve.core.launch import engine_limits as limits_help
+from hybridserve.core.launch.start_phase import TIMEOUT_HELP, default_start_timeout
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
 from hybridserve.core.launch.restart import RestartPolicy
@@ -41,8 +45,12 @@ def command(
     attention_backend: Annotated[Optional[str], typer.Option(help="vLLM --attention-backend (default: vLLM's "
                                                               "choice: cpu_attn on CPU, flash_attn on CUDA).")] = None,
     num_speculative_tokens: Annotated[int, typer.Option(help="MTP speculative tokens (0: none).")] = 0,
-    max_model_len: Annotated[int, typer.Option(min=1, help="vLLM --max-model-len.")] = 2048,
-    max_num_seqs: Annotated[int, typer.Option(min=1, help="vLLM --max-num-seqs.")] = 8,
+    max_model_len: Annotated[Optional[int], typer.Option(min=1, help=limits_help.HELP_MAX_MODEL_LEN,
+                                                         show_default=False)] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option(min=1, help=limits_help.HELP_MAX_NUM_SEQS,
+                                                        show_default=False)] = None,
+    max_num_batched_tokens: Annotated[Optional[int], typer.Option(
+        min=1, help=limits_help.HELP_MAX_NUM_BATCHED_TOKENS, show_default=False)] = None,
     gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend.")] = None,
     tuned_profile: Annotated[Optional[Path], typer.Option(help="Tuned GDN prefill profile (hybridserve tune): "
                                                           "each prefill batch runs its bucket's winner.")] = None,
@@ -59,12 +67,14 @@ def command(
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
     gpu_memory_utilization: Annotated[float, typer.Option(help="CUDA: part of each GPU split among the roles "
                                                           "on it (two roles on one GPU: 0.45 each).")] = 0.9,
-    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="CUDA: no torch.compile / CUDA graphs "
-                                                "(always on CPU).")] = False,
+    enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager", show_default=False,
+                                                         help=limits_help.HELP_ENFORCE_EAGER)] = None,
+    gpu_memory: Annotated[Optional[str], typer.Option(help="CUDA: one GPU's memory for the context check, GiB "
+                                                      "or h100, h200, b200, gb200 (default: the driver's).")] = None,
     vllm_version: Annotated[Optional[str], typer.Option(help="Write the command line of this vLLM (0.26, 0.32); "
                                                         "default: the installed one.")] = None,
     run_dir: Annotated[Path, typer.Option(help="Folder for run folders (logs, plan.json).")] = Path("runs"),
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for all roles to be healthy.")] = 300.0,
+    timeout: Annotated[Optional[float], typer.Option(help=TIMEOUT_HELP, show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", metavar="",
                                           help="Print command lines and environment only.")] = False,
     vllm_arg: Annotated[Optional[list[str]], typer.Option(
@@ -75,6 +85,13 @@ def command(
         show_default=False)] = None,
 ) -> None:
     """Start vLLM prefill/decode servers with NixlConnector and the P/D proxy, after a preflight.
+
+    On CUDA the engines run with vLLM's own defaults unless asked: its sequence limits, the model's context (auto
+    where plan says it may not fit a role's memory), torch.compile and CUDA graphs, its GDN prefill kernel. On CPU
+    launch keeps the demo's small limits (2 cores, 1 GiB of KV cache per engine, the tiny model): a 2,048-token
+    context, 8 sequences, eager (torch.compile's ~40 s warm-up buys nothing there). The dry run says which and
+    why, per engine. --timeout waits per start wave (roles sharing a GPU start one after another): a cold CUDA
+    start compiles and captures CUDA graphs (a 60-layer P/D start took 279 s on the H200), hence 900 s there.
 
     --restart on-failure (the default) starts a role again when it exits, with any code (vLLM's server exits 0 once
     its engine died), or fails 3 health checks in a row, after 1, 2, 4 ... 30 s, while the others serve and the
@@ -103,6 +120,7 @@ def command(
     """
     engine = EngineOptions(
         block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
+        max_num_batched_tokens=max_num_batched_tokens,
         ssm_dtype=DType.parse(mamba_ssm_cache_dtype, what="--mamba-ssm-cache-dtype"),
         conv_dtype=DType.parse(mamba_cache_dtype, what="--mamba-cache-dtype"),
         kv_cache_dtype=parse_optional(kv_cache_dtype, what="--kv-cache-dtype"),
@@ -117,7 +135,8 @@ def command(
                             vllm_args=passed_vllm_args(vllm_arg, after_dashes),
                             router=ProxyKind.parse(router) if router else None,
                             first_token=FirstTokenSource.parse(first_token) if first_token else None,
-                            api_key_file=api_key_file, num_replicas=replicas)
+                            api_key_file=api_key_file, num_replicas=replicas,
+                            gpu_memory_bytes=_gpu_memory(gpu_memory))
     restart_policy = RestartPolicy.parse(restart)
     plan = prepare_launch(request)
     for warning in plan.warnings:
@@ -130,7 +149,11 @@ def command(
     if dry_run:
         print_json(launch_dict(plan)) if as_json else render_dry_run(plan)
         return
-    _run(plan, run_dir, timeout, as_json, restart_policy)
+    _run(plan, run_dir, timeout or default_start_timeout(plan.topology.device), as_json, restart_policy)
+
+
+def _gpu_memory(text: str | None) -> int | None:
+    return device_memory_bytes(text, what="--gpu-memory") if text else None
 
 
 def passed_vllm_args(options: list[str] | None, after_dashes: list[str] | None) -> tuple[str, ...]:
@@ -156,7 +179,14 @@ def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool, restar
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                         console=err_console, transient=True)
     task = progress.add_task(f"starting {len(plan.commands)} role(s), waiting for /health", total=None)
-    on_progress = lambda name, _ok: progress.update(task, description=f"{name} healthy")  # noqa: E731
+    phases: dict[str, str] = {}
+    begun = time.monotonic()
+
+    def on_progress(name: str, phase: str) -> None:  # each engine's start phase, from its log (start_phase.py)
+        phases[name] = phase
+        progress.update(task, description=" | ".join(f"{n}: {p}" for n, p in phases.items()))
+        if not err_console.is_terminal:  # no live line in a log file: one line per change instead
+            err_console.print(f"{name}: {phase} ({time.monotonic() - begun:.0f} s)", highlight=False, markup=False)
 
     watching = contextlib.ExitStack()  # UCX's transport report in the CUDA servers' logs, while they serve
 

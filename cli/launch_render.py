@@ -47,8 +47,17 @@ def launch_dict(plan: LaunchPlan) -> dict[str, Any]:
          "layout": layout_dict(c.cache.layout) if c.cache else None,
          "num_blocks": c.cache.capacity.num_blocks if c.cache and c.cache.capacity else None,
          "async_scheduling": ({"is_on": c.async_scheduling.is_on, "reason": c.async_scheduling.reason}
-                              if c.async_scheduling else None)}
+                              if c.async_scheduling else None),
+         "limits": _limits_dict(c.limits)}
         for c in plan.commands]}
+
+
+def _limits_dict(limits) -> dict[str, Any] | None:  # noqa: ANN001 (EngineLimits | None)
+    """Each limit's value as written (None: no flag, vLLM's default) and why."""
+    if limits is None:
+        return None
+    return {name: {"value": getattr(limits, name).value, "reason": getattr(limits, name).reason}
+            for name in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "enforce_eager")}
 
 
 def _path(path) -> str | None:  # noqa: ANN001 (Path | None)
@@ -69,6 +78,8 @@ def render_dry_run(plan: LaunchPlan) -> None:
             state = "on" if c.async_scheduling.is_on else "off"
             out_console.print(f"# async scheduling {state}: {c.async_scheduling.reason}", highlight=False, markup=False,
                               soft_wrap=True)
+        for line in c.limits.lines() if c.limits is not None else ():
+            out_console.print(f"# {line}", highlight=False, markup=False, soft_wrap=True)
         secrets = [f'{k}="$(cat {shlex.quote(str(path))})"' for k, path in c.secret_env]  # the file, not the key
         env = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in c.env), *secrets])
         out_console.print(f"{env} \\\n  {shlex.join(c.argv)}\n", highlight=False, soft_wrap=True, markup=False)

@@ -50,7 +50,9 @@ def command(
                                                       "default 0.02.")] = None,
     base_port: Annotated[int, typer.Option(help="Ports of started configurations (proxy; P +100, D +200).")] = 8000,
     run_dir: Annotated[Path, typer.Option(help="Folder for the started servers' logs.")] = Path("runs"),
-    timeout: Annotated[float, typer.Option(help="Seconds per request, and to wait for started servers.")] = 300.0,
+    timeout: Annotated[Optional[float], typer.Option(help="Seconds per request (default 300), and to wait for started "
+                                                     "servers (default: launch's, CPU 300, CUDA 900).",
+                                                     show_default=False)] = None,
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML report here.")] = None,
     save_completions: Annotated[Optional[Path], typer.Option(help="Write every completion (tokens, logprobs, "
                                                              "top-k) of each side to this JSON file.")] = None,
@@ -59,8 +61,10 @@ def command(
     device: Annotated[str, typer.Option(help="Where started configurations run: cpu or cuda (as launch).")] = "cpu",
     gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend of started "
                                                                "configurations.")] = None,
-    enforce_eager: Annotated[bool, typer.Option("--enforce-eager", help="CUDA: started servers skip "
-                                                "torch.compile and CUDA graphs (faster start).")] = False,
+    enforce_eager: Annotated[Optional[bool], typer.Option(
+        "--enforce-eager/--no-enforce-eager", show_default=False,
+        help="Started servers skip torch.compile and CUDA graphs (faster start). Default: as launch (CPU on, CUDA "
+        "off).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Send the same prompts to a baseline and a candidate (greedy, logprobs) and judge the candidate.
@@ -90,6 +94,7 @@ def command(
     from hybridserve.core.validate.thresholds import Thresholds
     from hybridserve.core.common.fault_kind import parse_fault
     from hybridserve.core.launch.keys import read_key
+    from hybridserve.core.launch.start_phase import default_start_timeout
     from hybridserve.core.launch.topology import Device, EngineOptions
 
     targets = (parse_target(baseline, what="baseline"),
@@ -111,13 +116,13 @@ def command(
         dataset=(load_random(lengths, num_prompts=num_prompts, seed=seed, model=model, is_started=starts)
                  if is_random else load_dataset(dataset, num_prompts=num_prompts, seed=seed)),
         reference=None if reference is None else parse_target(reference, what="reference"),
-        settings=RequestSettings(max_tokens=positive(max_tokens, "--max-tokens"), timeout_s=timeout,
+        settings=RequestSettings(max_tokens=positive(max_tokens, "--max-tokens"), timeout_s=timeout or 300.0,
                                  concurrency=positive(concurrency, "--concurrency"),
                                  ignore_eos=ignore_eos or is_random, model=served_model, is_token_ids=is_random,
                                  num_top_logprobs=top_k(top_logprobs, is_random),
                                  api_key=read_key(api_key_file, what="--api-key-file") if api_key_file else None),
-        model=model, base_port=base_port, run_root=run_dir, num_cores=os.cpu_count() or 1, start_timeout_s=timeout,
-        device=Device.parse(device).value,
+        model=model, base_port=base_port, run_root=run_dir, num_cores=os.cpu_count() or 1,
+        start_timeout_s=timeout or default_start_timeout(Device.parse(device)), device=Device.parse(device).value,
         engine=EngineOptions(gdn_prefill_backend=gdn_prefill_backend, is_enforce_eager=enforce_eager))
     if save_completions is not None and not save_completions.parent.is_dir():
         raise InputError(f"--save-completions {save_completions}: no folder {save_completions.parent}; "

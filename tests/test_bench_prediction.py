@@ -177,8 +177,8 @@ def test_a_first_token_from_prefill_moves_one_token_more(predictor, m60):
 def test_the_h200_first_token_runs_history_predicts_what_decode_posted(m60):
     """benchmarks/served_pd.py --compare-first-token on the H200 (2026-12-03, both calls): a warm-up of 2 requests
     through the first-token proxy and 1 the vLLM way, then per length 5 of each way, in that order. Decode posted
-    195 / 195, 204 / 201, 276 / 309 (first token from prefill / vLLM's way; BENCHMARKS.md, Served P/D at 60
-    layers, H200): from prefill a request moves N tokens, which hands the next one other runs."""
+    195 / 195, 204 / 201, 276 / 309 (first token from prefill / vLLM's way; benchmarks/HISTORY.md, Served P/D at
+    60 layers, H200): from prefill a request moves N tokens, which hands the next one other runs."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("served_pd", Path(__file__).parents[1] / "benchmarks/served_pd.py")

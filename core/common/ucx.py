@@ -23,7 +23,8 @@ PROTO_INFO_ENV = "UCX_PROTO_INFO"
 # cuda_ipc's cache of peers' mapped memory. On (UCX's default) a READ initiator keeps a SIGKILLed peer's GPU memory
 # mapped until the initiator itself exits, removed remote agent or not; off, removing the agent gives it back
 # (H200, benchmarks/nixl_dead_peer.py). A decode READs from prefill, so a decode with the cache on keeps a dead
-# prefill's whole KV cache and its restart finds the GPU full (BENCHMARKS.md, "Role deaths under load (chaos), H200").
+# prefill's whole KV cache and its restart finds the GPU full (benchmarks/HISTORY.md, "Role deaths under load
+# (chaos), H200").
 IPC_CACHE_ENV = "UCX_CUDA_IPC_CACHE"
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hybridserve.core.launch.async_scheduling import resolve as resolve_async
 from hybridserve.core.launch.bind_env import listener_env
+from hybridserve.core.launch.engine_limits import EngineLimits, resolve_limits
 from hybridserve.core.launch.instance_cache import InstanceCache
 from hybridserve.core.launch.passthrough import check_passthrough
 from hybridserve.core.layout.settings import CacheSettings
@@ -65,14 +66,14 @@ def cache_flags(settings: CacheSettings) -> tuple[EngineFlag, ...]:
             EngineFlag("--speculative-config", spec, "set it with --num-speculative-tokens", aliases=("-sc",)))
 
 
-def engine_flags(role: str, topology: Topology, instance: EngineInstance,
-                 cache: InstanceCache) -> tuple[EngineFlag, ...]:
-    """Every flag launch decides for this engine, in command-line order."""
+def engine_flags(role: str, topology: Topology, instance: EngineInstance, cache: InstanceCache,
+                 limits: EngineLimits | None = None) -> tuple[EngineFlag, ...]:
+    """Every flag launch decides for this engine, in command-line order. `limits`: the engine's context, sequence
+    and eager settings (engine_limits.py; None: the device's defaults, without plan's context check)."""
     engine = topology.engine
     kv = (("--kv-transfer-config", json.dumps(kv_transfer_config(role, topology), separators=(",", ":")))
           if role in KV_ROLES else ())  # a single server ("single") runs without a KV connector
-    # torch.compile warm-up costs ~40 s on CPU for no gain on tiny models
-    eager = topology.device is Device.CPU or engine.is_enforce_eager
+    limits = limits or resolve_limits(topology.device, engine)
     backend = engine.attention_backend  # None: vLLM picks, as cache_settings assumes
     gdn = engine.gdn_prefill_backend
     return (
@@ -91,13 +92,14 @@ def engine_flags(role: str, topology: Topology, instance: EngineInstance,
                    "always off: SSM prefix caching in P/D is still partial upstream"),
         EngineFlag("--async-scheduling", resolve_async(engine.is_async_scheduling, topology.device).argv,
                    "set it with --async-scheduling / --no-async-scheduling"),
-        EngineFlag("--max-model-len", ("--max-model-len", str(engine.max_model_len)), "set it with --max-model-len"),
-        EngineFlag("--max-num-seqs", ("--max-num-seqs", str(engine.max_num_seqs)), "set it with --max-num-seqs"),
+        _limit_flag("--max-model-len", limits.max_model_len.argv),
+        _limit_flag("--max-num-seqs", limits.max_num_seqs.argv),
+        _limit_flag("--max-num-batched-tokens", limits.max_num_batched_tokens.argv),
         EngineFlag("--seed", ("--seed", str(engine.seed)), "set it with topology: engine.seed"),
         EngineFlag("--kv-transfer-config", kv,
                    "from --role: NixlConnector's config on prefill and decode, none on single"),
-        EngineFlag("--enforce-eager", ("--enforce-eager",) if eager else (),
-                   "set it with --enforce-eager; always on on CPU"),
+        EngineFlag("--enforce-eager", ("--enforce-eager",) if limits.enforce_eager.value else (),
+                   "set it with --enforce-eager / --no-enforce-eager (default: on CPU only)"),
         EngineFlag("--attention-backend", ("--attention-backend", backend.vllm_name) if backend else (),
                    "set it with --attention-backend"),
         EngineFlag("--gdn-prefill-backend", ("--gdn-prefill-backend", gdn) if gdn else (),
@@ -105,6 +107,11 @@ def engine_flags(role: str, topology: Topology, instance: EngineInstance,
         EngineFlag("--api-key", (), "never on a command line, where ps shows it: topology engine: {api_key_file: "
                    "FILE}", is_secret=True),
     )
+
+
+def _limit_flag(flag: str, value: tuple[str, ...]) -> EngineFlag:
+    """A limit launch writes only when asked or on CPU (engine_limits.py); empty: vLLM's own default."""
+    return EngineFlag(flag, (flag, *value) if value else (), f"set it with {flag}")
 
 
 # vLLM's --middleware hook (an import path, no key): refuses every path but /health and /metrics without the key
@@ -120,11 +127,12 @@ def guard_flags(key_file: Path | None) -> tuple[EngineFlag, ...]:
 
 
 def engine_argv(python: str, role: str, topology: Topology, instance: EngineInstance,
-                cache: InstanceCache, *, more: tuple[EngineFlag, ...] = ()) -> tuple[str, ...]:
+                cache: InstanceCache, *, more: tuple[EngineFlag, ...] = (),
+                limits: EngineLimits | None = None) -> tuple[str, ...]:
     """Launch's flags, then `more` (placement and vLLM-version flags), then the passthrough flags: the engine-wide
     `vllm_args` (--vllm-arg, after `--`), then the instance's own extra_args, which come last. A passthrough flag
     that launch sets (any EngineFlag of this engine) is refused (passthrough.py)."""
-    owned = engine_flags(role, topology, instance, cache) + tuple(more)
+    owned = engine_flags(role, topology, instance, cache, limits) + tuple(more)
     check_passthrough(topology.engine.vllm_args, owned, what="vLLM flag")
     check_passthrough(instance.extra_args, owned, what=f"{role} extra_args")
     return ((python, "-m", API_SERVER_MODULE) + tuple(a for flag in owned for a in flag.argv)

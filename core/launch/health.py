@@ -10,8 +10,9 @@ from collections.abc import Callable, Sequence
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.launch.process import RunningRole
 from hybridserve.core.launch.start_failure import start_failure
+from hybridserve.core.launch.start_phase import SERVING, PhaseWatch
 
-ProgressCallback = Callable[[str, bool], None]  # (role name, is_healthy)
+ProgressCallback = Callable[[str, str], None]  # (role name, its start phase: start_phase.py; SERVING once healthy)
 
 
 def is_healthy(url: str, *, timeout_s: float = 2.0) -> bool:
@@ -50,9 +51,14 @@ def health_status(url: str, *, timeout_s: float = 2.0) -> int | None:
 
 def wait_healthy(roles: Sequence[RunningRole], *, timeout_s: float, poll_s: float = 0.5,
                  on_progress: ProgressCallback | None = None) -> None:
-    """Return when every role is healthy; raise CouldNotRunError when one exits or the deadline passes."""
+    """Return when every role is healthy; raise CouldNotRunError when one exits or the deadline passes.
+    `on_progress` hears each engine's start phase as its log shows it (start_phase.py), and SERVING once healthy."""
     deadline = time.monotonic() + timeout_s
     pending = {role.name: role for role in roles}
+    watches = {role.name: PhaseWatch(role.log_path, start=role.log_start,
+                                     is_eager="--enforce-eager" in role.command.argv)
+               for role in roles if role.command.role.is_engine}
+    said: dict[str, str] = {}
     while pending:
         for name, role in list(pending.items()):
             if not role.is_running:
@@ -60,13 +66,17 @@ def wait_healthy(roles: Sequence[RunningRole], *, timeout_s: float, poll_s: floa
                 raise CouldNotRunError(f"{name} exited with code {role.popen.returncode} before it was healthy; "
                                        f"log {role.log_path}: {why}")
             if is_healthy(role.command.url):
+                phase = SERVING
                 del pending[name]
-                if on_progress:
-                    on_progress(name, True)
+            else:
+                phase = watches[name].update() if name in watches else None
+            if on_progress and phase is not None and said.get(name) != phase:
+                said[name] = phase
+                on_progress(name, phase)
         if not pending:
             return
         if time.monotonic() > deadline:
-            names = ", ".join(sorted(pending))
+            names = ", ".join(f"{n} ({watches[n].phase})" if n in watches else n for n in sorted(pending))
             raise CouldNotRunError(f"{names} not healthy after {timeout_s:.0f} s; logs in "
-                                   f"{next(iter(pending.values())).log_path.parent}")
+                                   f"{next(iter(pending.values())).log_path.parent}; --timeout waits longer")
         time.sleep(poll_s)

@@ -16,7 +16,9 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch import keys
 from hybridserve.core.launch.async_scheduling import AsyncScheduling
 from hybridserve.core.launch.async_scheduling import resolve as resolve_async
+from hybridserve.core.launch.context_fit import context_fit
 from hybridserve.core.launch.engine_command import engine_argv, engine_env, guard_flags
+from hybridserve.core.launch.engine_limits import EngineLimits, resolve_limits
 from hybridserve.core.launch.placement import EnginePlacement, placements
 from hybridserve.core.launch.vllm_version import V0_32, VllmFeatures
 from hybridserve.core.launch.instance_cache import InstanceCache, instance_cache
@@ -26,7 +28,7 @@ from hybridserve.core.launch.mps import check_shares, share_line
 from hybridserve.core.launch.replicas import KIND as REPLICA
 from hybridserve.core.launch.replicas import check_shape
 from hybridserve.core.launch.router_command import metrics_port, router_argv
-from hybridserve.core.launch.topology import EngineInstance, ProxyKind, Topology
+from hybridserve.core.launch.topology import Device, EngineInstance, ProxyKind, Topology
 
 PROXY_MODULE = "hybridserve.core.proxy"
 
@@ -67,6 +69,7 @@ class RoleCommand:
     sm_percent: int | None = None  # CUDA engines under MPS: its share of the SMs (mps.py)
     share: str | None = None  # engines: what of the machine it gets, in words (mps.share_line)
     async_scheduling: AsyncScheduling | None = None  # engines: on or off, and why (async_scheduling.py)
+    limits: EngineLimits | None = None  # engines: context, sequences, eager, and why (engine_limits.py)
 
     @property
     def url(self) -> str:
@@ -94,7 +97,10 @@ class LaunchPlan:
 
 
 def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None, python: str | None = None,
-                     vllm: VllmFeatures = V0_32, warnings: tuple[str, ...] = ()) -> LaunchPlan:
+                     vllm: VllmFeatures = V0_32, warnings: tuple[str, ...] = (),
+                     gpu_memory_bytes: int | None = None) -> LaunchPlan:
+    """`gpu_memory_bytes`: one GPU's memory (CUDA), for the context check of each engine (context_fit.py);
+    None: not checked."""
     python = python or sys.executable
     check_shape(topology)
     check_shares(topology)
@@ -106,7 +112,7 @@ def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None
     place = placements(topology, engines, vllm)
     key = _engine_key(topology, role)
     commands = [
-        _engine_command(python, name, kind, topology, inst, cache_of[name], place[name], key)
+        _engine_command(python, name, kind, topology, inst, cache_of[name], place[name], key, gpu_memory_bytes)
         for name, kind, inst in engines
         if role in (Role.ALL, Role.SINGLE) or (role.value == kind and index in (None, int(name.rsplit("-", 1)[1])))
     ]
@@ -128,8 +134,13 @@ def _engine_key(topology: Topology, role: Role) -> Path | None:
 
 
 def _engine_command(python: str, name: str, kind: str, topology: Topology, inst: EngineInstance,
-                    cache: InstanceCache, place: EnginePlacement, key: Path | None) -> RoleCommand:
-    argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_flags + guard_flags(key))
+                    cache: InstanceCache, place: EnginePlacement, key: Path | None,
+                    gpu_memory_bytes: int | None) -> RoleCommand:
+    fit = (context_fit(cache.layout, memory_bytes=gpu_memory_bytes, share=place.gpu_memory_utilization)
+           if topology.device is Device.CUDA and place.gpu_memory_utilization is not None else None)
+    limits = resolve_limits(topology.device, topology.engine, fit)
+    argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_flags + guard_flags(key),
+                       limits=limits)
     env = engine_env(topology, inst, place.extra_env, role=kind)
     has_nixl = kind in ("prefill", "decode")  # a replica or single server has no KV connector, no side channel
     return RoleCommand(name=name, role=Role(kind), argv=argv, env=env,
@@ -138,7 +149,8 @@ def _engine_command(python: str, name: str, kind: str, topology: Topology, inst:
                        cache=cache, gpus=place.gpus, gpu_memory_utilization=place.gpu_memory_utilization,
                        sm_percent=inst.sm_percent if place.gpus is not None else None,
                        share=share_line(topology.device, inst, place.gpus, place.gpu_memory_utilization),
-                       async_scheduling=resolve_async(topology.engine.is_async_scheduling, topology.device))
+                       async_scheduling=resolve_async(topology.engine.is_async_scheduling, topology.device),
+                       limits=limits)
 
 
 def proxy_command(python: str, topology: Topology, engine_key: Path | None = None) -> RoleCommand:

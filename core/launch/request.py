@@ -35,6 +35,7 @@ class LaunchRequest:
     router: ProxyKind | None = None  # the proxy role's kind (--router); None: the topology's (default: ours)
     first_token: FirstTokenSource | None = None  # --first-token; None: the topology's (default: prefill)
     api_key_file: Path | None = None  # --api-key-file: the front key (keys.py); None: the topology's (default: open)
+    gpu_memory_bytes: int | None = None  # --gpu-memory: one GPU's memory for the context check; None: the driver's
     num_replicas: int | None = None  # --replicas: N plain servers behind the proxy instead of P/D (replicas.py)
 
 
@@ -62,7 +63,8 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
             and request.index not in (None, 0)):
         raise InputError(f"--index {request.index}: without --topology there is one {request.role.value} instance")
     return machine_plan(topology, request.role, index=request.index, vllm=request.vllm_version,
-                        is_dry_run=request.is_dry_run, num_gpus=request.num_gpus, run_root=request.run_root)
+                        is_dry_run=request.is_dry_run, num_gpus=request.num_gpus, run_root=request.run_root,
+                        gpu_memory=request.gpu_memory_bytes)
 
 
 def _topology(request: LaunchRequest) -> Topology:

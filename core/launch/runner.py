@@ -15,6 +15,7 @@ from hybridserve.core.launch.guard import Guard
 from hybridserve.core.launch.plan import LaunchPlan, RoleCommand
 from hybridserve.core.launch.process import RunningRole, start_role, stop_roles
 from hybridserve.core.launch.health import ProgressCallback, wait_healthy
+from hybridserve.core.launch.start_phase import WAITING
 from hybridserve.core.launch.stale_run import LAUNCHER_PID_FILE  # a later launch reads it (stale_run.py)
 
 
@@ -66,7 +67,11 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
 
     try:
         engines = {c.name: c for c in plan.commands if c.role.is_engine}
-        for wave in start_waves([(c.name, c.gpus or ()) for c in engines.values()]):  # GPU sharers one by one
+        waves = start_waves([(c.name, c.gpus or ()) for c in engines.values()])  # GPU sharers one by one
+        for name in (n for wave in waves[1:] for n in wave):
+            if on_progress is not None:
+                on_progress(name, WAITING)
+        for wave in waves:
             wait_healthy([start(engines[name]) for name in wave], timeout_s=timeout_s, on_progress=on_progress)
         proxies = [start(c) for c in plan.commands if not c.role.is_engine]
         wait_healthy(proxies, timeout_s=min(timeout_s, 60.0), on_progress=on_progress)

@@ -18,8 +18,8 @@ _NOT_THE_CAUSE = ("root cause above", "Failed core proc")
 _FREE_MEMORY = re.compile(r"Free memory on device (?P<device>\S+) \((?P<free>[\d.]+)/(?P<total>[\d.]+) GiB\) on "
                           r"startup is less than desired GPU memory utilization \((?P<share>[\d.]+), "
                           r"(?P<want>[\d.]+) GiB\)")
-# measured on the H200 (2026-12-04, BENCHMARKS.md "Role deaths under load (chaos), H200"): after prefill's SIGKILL
-# its decode peer, which had READ prefill's KV over cuda_ipc, held prefill's memory; a NIXL initiator holds a dead
+# measured on the H200 (2026-12-04, benchmarks/HISTORY.md "Role deaths under load (chaos), H200"): after prefill's
+# SIGKILL its decode peer, which had READ prefill's KV over cuda_ipc, held prefill's memory; a NIXL initiator holds a dead
 # target's memory until it exits (UCX's default: "A dead engine's GPU memory, held by its NIXL peer (H200)")
 HELD_BY_PEER = ("other processes hold the rest; a NIXL peer that read a dead engine's KV cache over cuda_ipc keeps "
                 "that memory until the peer itself exits")

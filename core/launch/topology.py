@@ -73,8 +73,10 @@ class EngineOptions:
     attention_backend: AttentionBackend | None = None  # --attention-backend; None: vLLM's choice for the device
     num_speculative_tokens: int = 0  # MTP speculative tokens (--speculative-config); 0: none
     is_async_scheduling: bool | None = None  # None: the device's default (async_scheduling.py)
-    max_model_len: int = 2048
-    max_num_seqs: int = 8
+    # None below: the device decides (engine_limits.py): vLLM's own defaults on CUDA, the demo's small ones on CPU
+    max_model_len: int | None = None  # --max-model-len
+    max_num_seqs: int | None = None  # --max-num-seqs
+    max_num_batched_tokens: int | None = None  # --max-num-batched-tokens
     kv_lease_s: int = 30  # NixlConnector kv_lease_duration: P frees unread blocks after this
     cpu_kv_cache_gib: int = 1  # VLLM_CPU_KVCACHE_SPACE
     gdn_prefill_backend: str | None = None  # --gdn-prefill-backend, e.g. from a tuned profile
@@ -82,7 +84,7 @@ class EngineOptions:
     nixl_progress_delay_us: int = DEFAULT_PROGRESS_DELAY_US
     seed: int = 0
     gpu_memory_utilization: float = 0.9  # CUDA: the part of each GPU split among the roles on it (gpus.py)
-    is_enforce_eager: bool = False  # --enforce-eager on CUDA too (always on CPU): no torch.compile, no graphs
+    is_enforce_eager: bool | None = None  # --enforce-eager: no torch.compile, no graphs; None: on CPU only
     vllm_args: tuple[str, ...] = ()  # passed to every engine after launch's flags (--vllm-arg; passthrough.py)
     api_key_file: Path | None = None  # the engines' key (VLLM_API_KEY), which only the proxy holds (keys.py)
 

@@ -63,8 +63,21 @@ def spec_from_config(config: Any, *, name: str, source: str | None = None) -> Mo
             shared_expert_intermediate_size=field.positive_int(
                 "shared_expert_intermediate_size", default=0, allow_zero=True),
         ),
+        max_context_tokens=_context_tokens(cfg),
         source=source,
     )
+
+
+# The keys vLLM reads a model's context from, the smallest present winning (vLLM 0.26
+# transformers_utils/model_arch_config_convertor.py `derive_max_model_len_and_key`, the same list in 0.32). vLLM then
+# scales it by a RoPE factor (yarn, ...); the Qwen3.5 and Qwen3-Next configs have none ("default" RoPE).
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+
+def _context_tokens(cfg: dict[str, Any]) -> int | None:
+    found = [cfg[key] for key in CONTEXT_KEYS if isinstance(cfg.get(key), int) and cfg[key] > 0]
+    return min(found) if found else None
 
 
 def _layer_kinds(cfg: dict[str, Any], field: _Fields, num_layers: int) -> tuple[LayerKind, ...]:

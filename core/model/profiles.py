@@ -61,7 +61,7 @@ def hardware_profiles() -> dict[str, HardwareProfile]:
     }
 
 
-def device_memory_bytes(text: str) -> int:
+def device_memory_bytes(text: str, *, what: str = "--memory") -> int:
     """'h200', 'H200' or a number of GiB ('80', '79.5')."""
     profiles = hardware_profiles()
     if text.lower() in profiles:
@@ -71,5 +71,5 @@ def device_memory_bytes(text: str) -> int:
     except ValueError:
         gib = -1.0
     if gib <= 0:
-        raise InputError(f"--memory {text}: accepted: a positive number of GiB or one of {', '.join(profiles)}")
+        raise InputError(f"{what} {text}: accepted: a positive number of GiB or one of {', '.join(profiles)}")
     return int(gib * 2**30)

@@ -82,6 +82,7 @@ class ModelSpec:
     attn_output_gate: bool = False
     tie_word_embeddings: bool = False
     ffn: FeedForwardSpec = FeedForwardSpec()
+    max_context_tokens: int | None = None  # the model's own context (vLLM's derived max_model_len); None: unknown
     source: str | None = None
 
     @property

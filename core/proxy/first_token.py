@@ -2,8 +2,8 @@
 
 vLLM's hybrid P/D (PR #37310) has prefill stop one prompt token short, h(N-1), and decode recompute that token to
 sample the first output token: TTFT = prefill + transfer + one decode forward (80-100 ms of P/D-only time on the
-H200 at 60 layers, BENCHMARKS.md). Here prefill computes the whole prompt and samples token 1, which the proxy
-streams at once; decode gets prompt + token 1 and so loads exactly what prefill holds, KV of N tokens and h(N):
+H200 at 60 layers, eager: benchmarks/HISTORY.md). Here prefill computes the whole prompt and samples token 1, which
+the proxy streams at once; decode gets prompt + token 1 and so loads exactly what prefill holds, KV of N tokens and h(N):
 its own rule of "the last prompt token is recomputed" then recomputes token 1 and samples token 2.
 
 Mirrored vLLM behaviour (0.26 `_truncate_mamba_request_for_prefill`, 0.32 `_truncate_request_for_prefill`, both in

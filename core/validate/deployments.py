@@ -128,12 +128,13 @@ def config_topology(config: Config, model: Path, base_port: int, num_cores: int,
     return replace(topology, decode=decode)
 
 
-def config_plan(config: Config, topology):  # noqa: ANN001, ANN202
-    """P/D: launch's `all` plan. Single: launch's decode command without its KV connector, on all cores."""
+def config_plan(config: Config, topology, *, is_dry_run: bool = False):  # noqa: ANN001, ANN202
+    """P/D: launch's `all` plan. Single: launch's decode command without its KV connector, on all cores.
+    `is_dry_run`: the same command lines, with nothing on the machine checked or written (launch's dry run)."""
     from hybridserve.core.launch.machine import machine_plan
     from hybridserve.core.launch.plan import Role
 
-    return machine_plan(topology, Role.ALL if config.is_pd else Role.SINGLE)  # as `launch` starts it
+    return machine_plan(topology, Role.ALL if config.is_pd else Role.SINGLE, is_dry_run=is_dry_run)
 
 
 @contextlib.contextmanager

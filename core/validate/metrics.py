@@ -12,8 +12,8 @@ had the same context, so the candidate's logprob of the baseline's token is comp
 baseline's (the divergence drift) must stay within the near-tie tolerance, the largest move of a top-2 margin that
 two clean runs showed. A flat model (random weights: every position a near-tie) otherwise forgives a corrupted GDN
 state at its first token, because a state taken from another request moves the whole distribution and any small
-gap flips; noise moves it by noise. Measured on the H200 (60 layers, BENCHMARKS.md, "Async scheduling, H200"): the
-gap alone forgave 4 of 18 fault runs; with this bound all 18 fail and all 6 clean runs pass. A bound at the
+gap flips; noise moves it by noise. Measured on the H200 (60 layers, benchmarks/HISTORY.md, "Async scheduling,
+H200"): the gap alone forgave 4 of 18 fault runs; with this bound all 18 fail and all 6 clean runs pass. A bound at the
 per-position drift limit (the largest single-token drift of the clean runs, 3 prompts) failed 2 of the 6 clean
 runs: at 32k clean divergences moved the token by 0.084 and 0.123 against a limit of 0.077.
 """

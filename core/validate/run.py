@@ -112,7 +112,7 @@ def measured_limits(thresholds: Thresholds, noise: Noise) -> Thresholds:
     configured 0.05 was measured on CPU with the tiny model. Tighter: with the first token from prefill a corrupted
     state first shows at token 2, so a prompt's mean drift is diluted (zero_after_transfer, 8 tokens, CPU: 0.047 on
     one prompt). Looser: the 60-layer random-weight model on the H200 drifted up to 0.109 at one position between two
-    runs of the same server, and a clean P/D prompt's mean drift of 0.0511 failed the fixed 0.05 (BENCHMARKS.md,
+    runs of the same server, and a clean P/D prompt's mean drift of 0.0511 failed the fixed 0.05 (benchmarks/HISTORY.md,
     Validate, H200)."""
     drift = max(DRIFT_FLOOR, noise.max_logprob_drift)
     return replace(thresholds, near_tie_tolerance=noise.tolerance, max_logprob_drift=drift)

@@ -6,8 +6,8 @@ then the prompt's last marker. The majority is a count over the whole prompt: th
 attention blocks (256 tokens on CPU for the tiny model), so a lost or corrupted block changes the evidence; the
 last marker is what a Gated DeltaNet state carries to the end of the prompt. A count is used rather than a point
 lookup because a tiny model learns it in minutes on two CPU cores, where lookups ("which section held word w")
-stayed at chance or far below 95 % for 360-1,500 steps (BENCHMARKS.md, Validate). Training
-(scripts/train_tiny_model.py) and the dataset loader use this one definition.
+stayed at chance or far below 95 % for 360-1,500 steps (benchmarks/DETAILS.md, "Training the recall model, CPU").
+Training (scripts/train_tiny_model.py) and the dataset loader use this one definition.
 """
 
 from __future__ import annotations

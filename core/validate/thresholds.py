@@ -27,7 +27,7 @@ class Thresholds:
 
 # For launch's tiny model, whose weights are random: its logits are nearly flat (top-2 gaps of one or two bf16
 # steps, 0.016-0.03, are common) and it amplifies the bf16 noise of P/D (decode recomputes the last prompt token).
-# Measured on 2 cores, single-sync vs pd-async, 5 seeds x 8 prompts x 16 tokens (BENCHMARKS.md, Validate, Earlier):
+# Measured on 2 cores, single-sync vs pd-async, 5 seeds x 8 prompts x 16 tokens (benchmarks/HISTORY.md, Index):
 # clean: token agreement 0.883-1.0, mean logprob drift 0.005-0.012; zero_after_transfer: agreement 0.45-0.90,
 # drift 0.065-0.085; stale_state: agreement 0.16-0.54, drift 0.11-0.39; early_completion: NaN logprobs (HTTP 400).
 # The lowest per-prompt drift limit a noise measurement may set (run.measured_limits): one bf16 step of a logit in

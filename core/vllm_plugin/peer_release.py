@@ -1,8 +1,8 @@
 """Decode gives back a dead prefill's NIXL state, so that the prefill's GPU memory is free for its restart (issue 30).
 
-Seen on the H200 (BENCHMARKS.md, "Role deaths under load (chaos), H200"): a decode that READ prefill's KV cache over
-cuda_ipc kept prefill's memory mapped after prefill was SIGKILLed, and vLLM refused the restarted prefill (17.98 of
-139.8 GiB free). NIXL alone (benchmarks/nixl_dead_peer.py) showed what gives the memory back: with
+Seen on the H200 (benchmarks/HISTORY.md, "Role deaths under load (chaos), H200"): a decode that READ prefill's KV
+cache over cuda_ipc kept prefill's memory mapped after prefill was SIGKILLed, and vLLM refused the restarted prefill
+(17.98 of 139.8 GiB free). NIXL alone (benchmarks/nixl_dead_peer.py) showed what gives the memory back: with
 UCX_CUDA_IPC_CACHE=n (launch sets it on decode engines on CUDA, core/common/ucx.py), removing the remote agent. vLLM
 removes a remote engine's agents only when it evicts an engine idle past `engine_ttl` (3600 s, looked at when a new
 handshake starts; 0.26 and 0.32) or, in 0.32, once another engine answered at the same address: neither happens while

