@@ -23,6 +23,13 @@ class Served:
     end_s: float
     output_tokens: int
 
+    @property
+    def tpot_s(self) -> float:
+        """vLLM's TPOT, as bench's goodput takes it (core/bench/goodput.py `request_itl_s`)."""
+        if self.output_tokens <= 1:
+            return 0.0
+        return (self.end_s - self.start_s - self.ttft_s) / (self.output_tokens - 1)
+
 
 @dataclass(frozen=True, kw_only=True)
 class ServedStats:
@@ -57,7 +64,7 @@ def served_stats(requests: Iterable[Served], slo: Slo, num_units: int) -> Served
     if not served:
         raise ValueError("no request was served")
     wall = max(r.end_s for r in served) - min(r.start_s for r in served)
-    met = sum(1 for r in served if slo.is_met(r.ttft_s, r.itls_s))
+    met = sum(1 for r in served if slo.is_met(r.ttft_s, r.tpot_s))
     ttfts = [r.ttft_s for r in served]
     itls = [g for r in served for g in r.itls_s]
     return ServedStats(

@@ -25,9 +25,9 @@ class Slo:
     itl_s: float
     attainment: float = 0.9  # share of requests that must meet both
 
-    def is_met(self, ttft_s: float, itls_s: tuple[float, ...] | list[float]) -> bool:
-        tpot = sum(itls_s) / len(itls_s) if itls_s else 0.0
-        return ttft_s <= self.ttft_s and tpot <= self.itl_s
+    def is_met(self, ttft_s: float, tpot_s: float) -> bool:
+        """bench's rule (core/bench/goodput.py `is_good`): TTFT and the request's TPOT within their objectives."""
+        return ttft_s <= self.ttft_s and tpot_s <= self.itl_s
 
 
 @dataclass(frozen=True, kw_only=True)
