@@ -75,6 +75,8 @@ def command(
     if (replica is None) == (steps_from is None):
         raise InputError("--replica / --steps-from: accepted: one of them (a server to measure the steps on, or a "
                          "profile whose steps to keep)")
+    if steps_from is not None and not (pd or calibrate):
+        raise InputError("--steps-from: accepted with --pd or --calibrate (what to measure on top of the steps)")
     if device not in ("cpu", "cuda"):
         raise InputError(f"--device {device}: accepted: cpu, cuda")
     request = MeasureRequest(

@@ -104,3 +104,18 @@ def test_sizing_imports_no_heavy_package(profile):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert json.loads(proc.stderr.strip().splitlines()[-1]) == {"code": 0, "heavy": []}
     assert json.loads(proc.stdout)["recommended"]
+
+
+@pytest.mark.parametrize("args,expected", [
+    ([], "--replica / --steps-from: accepted: one of them"),
+    (["--replica", "http://127.0.0.1:1", "--steps-from", "@P"], "--replica / --steps-from: accepted: one of them"),
+    (["--steps-from", "@P"], "--steps-from: accepted with --pd or --calibrate"),
+    (["--replica", "http://127.0.0.1:1", "--device", "tpu"], "--device tpu: accepted: cpu, cuda"),
+    (["--replica", "http://127.0.0.1:1", "--batches", "1,x"], "--batches '1,x': accepted: positive integers"),
+], ids=["neither", "both", "steps-alone", "device", "batches"])
+def test_step_profile_refusals_are_one_line_exit_2(profile, tmp_path, args, expected):
+    result = runner.invoke(app, ["step-profile", "-m", str(TINY_MODEL_DIR), "--out", str(tmp_path / "o.yaml"),
+                                 *[a.replace("@P", str(profile)) for a in args]])
+    assert result.exit_code == 2, result.output
+    assert expected in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "o.yaml").exists()
