@@ -1,5 +1,5 @@
 """xPyD against aggregated replicas behind the same front door, at equal resources, with plan's prediction beside each
-row; feeds BENCHMARKS.md, "P/D against aggregated replicas at equal resources".
+row; feeds BENCHMARKS.md, "Served P/D" (benchmarks/DETAILS.md, "P/D against aggregated replicas at equal resources").
 
     flock /tmp/hs-servers.lock .venv/bin/python benchmarks/equal_resources.py cpu --out DIR   # this 2-core box
     python3 benchmarks/equal_resources.py call --set 1p1d --out $OUT    # H200 (benchmarks/h200.sh equal-resources)
