@@ -20,7 +20,7 @@ $(STAMP):
 	# multi-GB CUDA build. Then uv for the rest: the same 169 packages as pip resolves, in 10 s instead of 29 s
 	# (BENCHMARKS.md, CI). No compile step in either: the compileall step below uses every core.
 	$(PIP) install -q --no-compile torch==2.13.0 uv==0.13.9
-	$(UV) install -q -e '.[cpu,dev]'
+	$(UV) install -q -e '.[cpu,dev,ray]'
 	# PyPI's torchaudio/torchcodec are CUDA builds that do not load beside CPU torch. A pip user keeps them (launch's
 	# servers treat them as absent: core/vllm_plugin/unloadable_extensions.py); here they go, so that the tests that
 	# import vLLM in-process do not meet them either.
@@ -54,7 +54,7 @@ demo: $(STAMP)
 # Files whose every test is slow: the no-server stream does not even import them (each xdist worker would import
 # vLLM and NIXL for them: collection 6.3 s -> 3.3 s a process). A slow test elsewhere is still deselected by -m.
 SLOW_FILES := test_validate_pd test_chaos test_bench_served test_launch_pd test_gdn_dispatch_server test_transfer_nixl test_transfer_failures \
-  test_multihost_netns test_validate_random_pd
+  test_multihost_netns test_validate_random_pd test_ray_netns
 
 test: $(STAMP)
 	@mkdir -p runs

@@ -270,7 +270,7 @@ served_step() {  # STEP: the deployments started once, all at once, then bench, 
   run "$OUT/served_$1.out" "$(left 5)" python3 benchmarks/served_h200.py "$1" --out "$OUT"
   [ -n "$DRY" ] || tail -c 4000 "$OUT/served_$1.out"
   if [ "$1" = stop ]; then
-    local d; for d in pd pd-ipc-cache single single-b single-sync pd-lease; do keep_logs "/tmp/hs-served/runs/$d"; done
+    keep_logs /tmp/hs-served/runs
   fi
   pack
 }

@@ -10,7 +10,8 @@ H200, as users serve".
     python3 benchmarks/served_h200.py start --cpu-smoke --out /tmp/s   # here: the tiny model, small lengths
 
 Deployments (launch's defaults on CUDA but for what the name says), all on GPU 0, each engine with the same KV cache
-(`--kv-cache-memory-bytes`, so that vLLM sizes no KV cache from free memory and every engine can start at once):
+(`--kv-cache-memory-bytes`, so that vLLM sizes no KV cache from free memory and every engine can start at once; a
+single server gets what P and D hold together):
 - pd: `launch --role all` (prefill + decode + the project's proxy, first token from prefill); its decode reads a
   fault switch file (HYBRIDSERVE_FAULT_FILE); a second proxy in front of it takes the first token from decode.
 - pd-ipc-cache: a second decode beside pd's, with UCX's cuda_ipc mapping cache on (launch turns it off on decode
@@ -59,7 +60,9 @@ def profile(smoke: bool) -> dict:
                          "3", "--probes", "1", "--probe-after", "2", "--probe-len", "1500", "--probe-output-len",
                          "4"]}
     names = os.environ.get("HS_SERVED_DEPLOYMENTS", "pd,pd-ipc-cache,single,single-b,single-sync")
-    return {"device": "cuda", "model": M60, "kv": os.environ.get("HS_SERVED_KV", "8g"),
+    # equal memory: P and D 6 GiB of KV each on 0.1 of the GPU, a single server 12 GiB on 0.2 (bench's likeness
+    # check sums the shares of a GPU's roles)
+    return {"device": "cuda", "model": M60, "kv": os.environ.get("HS_SERVED_KV", "6g"),
             "deployments": tuple(names.split(",")), "lengths": (1024, 8192, 32768), "idle_requests": 5,
             "output_len": 32,
             # issue 38's load: 96 requests, 32 at a time, prompts 500-12,000, outputs 1-512, three 32k probes
@@ -93,7 +96,8 @@ def topology(prof: dict, with_ipc_cache_decode: bool = False, lease_s: int | Non
 
 
 def launch_argv(name: str, prof: dict) -> list[str]:
-    run_dir = ["--run-dir", str(STATE / "runs" / name), "--timeout", "900", "--json"]
+    # one run root for every deployment: bench --run-dir reads each launched server's flags and logs from it
+    run_dir = ["--run-dir", str(STATE / "runs"), "--timeout", "900", "--json"]
     if name in ("pd", "pd-ipc-cache", "pd-lease"):
         path = STATE / f"{name}.yaml"
         shape = {"pd": {}, "pd-ipc-cache": {"with_ipc_cache_decode": True},
@@ -105,12 +109,17 @@ def launch_argv(name: str, prof: dict) -> list[str]:
     argv = [*CLI, "launch", "--role", "single", "--device", prof["device"], "--model", prof["model"],
             "--base-port", str(port(base)), *run_dir]
     if prof["device"] == "cuda":
-        argv += ["--gpu-memory-utilization", "0.1"]
+        argv += ["--gpu-memory-utilization", "0.2"]
     if prof["kv"]:
-        argv += ["--vllm-arg=--kv-cache-memory-bytes", f"--vllm-arg={prof['kv']}"]
+        argv += ["--vllm-arg=--kv-cache-memory-bytes", f"--vllm-arg={single_kv(prof['kv'])}"]
     if name == "single-sync":
         argv.append("--no-async-scheduling")
     return argv
+
+
+def single_kv(kv: str) -> str:
+    """A single server's KV cache: P's and D's together ("6g" -> "12g")."""
+    return f"{2 * int(kv[:-1])}{kv[-1]}"
 
 
 def start(args: argparse.Namespace, prof: dict) -> dict:
@@ -127,6 +136,7 @@ def start(args: argparse.Namespace, prof: dict) -> dict:
         proc = subprocess.Popen(launch_argv(name, prof), stdout=open(log, "w"), stderr=open(f"{log}.err", "w"),
                                 env=env, start_new_session=True)  # outlives this call: the next stages use it
         state["deployments"][name] = {"pid": proc.pid, "log": str(log)}
+        time.sleep(1.1)  # run folders are named by the second (core/launch/runner.py): one a second
     (STATE / "state.json").write_text(json.dumps(state, indent=1))
     while time.time() < args.deadline - 15 and not all(refresh(state).values()):
         time.sleep(2)
@@ -192,10 +202,10 @@ def urls(deadline: float) -> tuple[dict, dict]:
     return state, found
 
 
-def schedulers(name: str) -> dict:
+def schedulers(info: dict) -> dict:
     """engine log -> the scheduler line the plugin wrote (which class served, async on or off)."""
     out = {}
-    for log in sorted((STATE / "runs" / name).glob("*/*.log")):
+    for log in sorted(Path(info["run_dir"]).glob("*.log")) if info.get("run_dir") else ():
         lines = [ln for ln in log.read_text(errors="replace").splitlines() if SCHEDULER_LINE in ln]
         if lines:
             out[log.name] = lines[-1].split(SCHEDULER_LINE, 1)[1].strip()
@@ -223,7 +233,7 @@ def faults(args: argparse.Namespace, prof: dict) -> dict:
     compat = subprocess.run([sys.executable, "-m", "hybridserve.core.vllm_plugin.compat", "--json"],
                             capture_output=True, text=True)
     (args.out / "plugin_compat.json").write_text(compat.stdout or compat.stderr)
-    report: dict = {"compat_rc": compat.returncode, "schedulers": {n: schedulers(n) for n in state["deployments"]},
+    report: dict = {"compat_rc": compat.returncode, "schedulers": {n: schedulers(i) for n, i in state["deployments"].items()},
                     "runs": []}
     ways = {"prefill": found.get("pd"), "decode": found.get("pd-decode-first")}
     switch = STATE / "fault-pd"
@@ -275,6 +285,14 @@ def bench(args: argparse.Namespace, prof: dict) -> dict:
                   "--num-requests", "2", "--json"], args.out / f"warm_{name}.json", 180)
         if name in DECODE_OF:
             sent.append((f"warm/{name}", DECODE_OF[name], [(257, 7)] * 2))
+    if found.get("pd") and found.get("single"):  # bench's own like-for-like check of the record's main ratio
+        control = ["--control", found["single-b"]] if found.get("single-b") else []
+        report["likeness"] = run_json([*CLI, "bench", "--deployment", found["pd"], "--baseline", found["single"],
+                                       *control, "--run-dir", str(STATE / "runs"), "--gpus", "1", "--device",
+                                       prof["device"], "--model", prof["model"], "--input-len", "256",
+                                       "--output-len", "8", "--num-requests", "1", "--json"],
+                                      args.out / "bench_likeness.json", 90)
+        report["likeness"].pop("result", None)  # the JSON file keeps it
     for i, (phase, targets, flags) in enumerate(phases):
         order = targets[i % len(targets):] + targets[:i % len(targets)]  # each phase starts with another target
         report["order"][phase] = order

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -79,6 +80,17 @@ def command(
                                           help="Print command lines and environment only.")] = False,
     vllm_arg: Annotated[Optional[list[str]], typer.Option(
         help="vLLM flag or value for every engine, repeatable: --vllm-arg=--load-format --vllm-arg=dummy.")] = None,
+    engine_kind: Annotated[str, typer.Option("--engine", help="hybridserve (launch's own supervisor and proxy) or "
+                                             "ray (a Ray Serve app from the same plan; the ray extra)."
+                                             )] = "hybridserve",
+    ray_address: Annotated[Optional[str], typer.Option(help="--engine ray: the cluster's GCS address (HOST:6379); "
+                                                       "default: start a head here, stop it afterwards.")] = None,
+    failover: Annotated[bool, typer.Option(help="--engine ray: a failed prefill is retried once, then decode "
+                                           "computes the prompt (off: Ray's way).")] = True,
+    ray_health_check_s: Annotated[float, typer.Option(help="--engine ray: seconds between Serve's checks of each "
+                                                      "engine (a dead one is restarted).")] = 10.0,
+    ray_num_cpus: Annotated[int, typer.Option(help="--engine ray: logical CPUs the head started here offers Ray "
+                                              "(at least 3; the engines' cores are the topology's).")] = 8,
     as_json: JsonOpt = False,
     after_dashes: Annotated[Optional[list[str]], typer.Argument(
         metavar="-- VLLM_ARGS", help="vLLM flags for every engine (not the ones launch sets).",
@@ -117,6 +129,10 @@ def command(
 
       hybridserve launch --role all --api-key-file front.key   # clients send the key; engines answer the proxy only
       hybridserve launch --role all --restart never        # a role's death stops every role (exit 1)
+
+      hybridserve launch --engine ray --dry-run           # the Ray Serve config of the same plan (docs/ray.md)
+
+      hybridserve launch --engine ray --topology t.yaml --ray-address 10.0.0.1:6379   # on a Ray cluster
     """
     engine = EngineOptions(
         block_size=block_size, is_async_scheduling=async_scheduling, max_model_len=max_model_len,
@@ -138,7 +154,9 @@ def command(
                             api_key_file=api_key_file, num_replicas=replicas,
                             gpu_memory_bytes=_gpu_memory(gpu_memory))
     restart_policy = RestartPolicy.parse(restart)
-    plan = prepare_launch(request)
+    is_ray = _engine_is_ray(engine_kind)
+    # Ray places the engines: this machine's ports and GPUs are not theirs (core/rayserve/run.py checks the rest)
+    plan = prepare_launch(replace(request, is_dry_run=True) if is_ray else request)
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)
     if tuned_profile is not None:
@@ -146,6 +164,15 @@ def command(
 
         err_console.print(flag_note(plan.topology, read_header(tuned_profile)), highlight=False, markup=False,
                           soft_wrap=True)
+    if is_ray:
+        from hybridserve.cli import launch_ray
+
+        launch_ray.command(plan, failover=failover, health_check_s=ray_health_check_s, num_cpus=ray_num_cpus,
+                           ray_address=ray_address, run_root=run_dir, is_dry_run=dry_run,
+                           # Ray's start, then both engines at once (launch's waves wait for each)
+                           timeout_s=timeout or 2 * default_start_timeout(plan.topology.device),
+                           as_json=as_json)
+        return
     if dry_run:
         print_json(launch_dict(plan)) if as_json else render_dry_run(plan)
         return
@@ -154,6 +181,12 @@ def command(
 
 def _gpu_memory(text: str | None) -> int | None:
     return device_memory_bytes(text, what="--gpu-memory") if text else None
+
+
+def _engine_is_ray(text: str) -> bool:
+    if text not in ("hybridserve", "ray"):
+        raise InputError(f"--engine {text}: accepted: hybridserve (launch's own roles) or ray (Ray Serve)")
+    return text == "ray"
 
 
 def passed_vllm_args(options: list[str] | None, after_dashes: list[str] | None) -> tuple[str, ...]:

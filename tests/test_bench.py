@@ -416,3 +416,17 @@ def test_a_stream_is_split_at_line_feeds_only():
 
     record = asyncio.run(drive())
     assert record.error is None and record.output_tokens == 1
+
+
+def test_a_front_door_without_metrics_gives_client_numbers_only():
+    """Ray Serve's ingress answers /metrics with 404 (its engines report to Ray's agent): bench then scrapes nothing
+    instead of refusing to run; a server that has /metrics is scraped."""
+    import httpx
+
+    from hybridserve.core.bench.scrape import own_metrics
+
+    def answer(status: int) -> httpx.Client:
+        return httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(status, text="")))
+
+    assert own_metrics(answer(404), "http://ray:8000") == ()
+    assert own_metrics(answer(200), "http://vllm:8000") == ("http://vllm:8000",)

@@ -22,7 +22,7 @@ from hybridserve.core.bench.likeness import Likeness, TargetSettings
 from hybridserve.core.bench.phase import PhaseSpec, PhaseWork, check_phase, draw_work
 from hybridserve.core.bench.prediction import Prediction
 from hybridserve.core.bench.prompts import make_prompts
-from hybridserve.core.bench.scrape import (decode_urls_behind, first_token_behind, proxy_health, scrape,
+from hybridserve.core.bench.scrape import (decode_urls_behind, first_token_behind, own_metrics, proxy_health, scrape,
                                           settled_scrape)
 from hybridserve.core.bench.served import ServedModel, served_model
 from hybridserve.core.bench.settings_check import SettingsBook, read_before_measuring
@@ -174,7 +174,7 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
         for work in works:
             check_phase(work.spec, served.max_model_len)
         health = proxy_health(client, deployment.url)
-        urls = target.metrics_urls or decode_urls_behind(health) or (deployment.url,)
+        urls = target.metrics_urls or decode_urls_behind(health) or own_metrics(client, deployment.url)
         if target.role == "deployment":
             found["first_token"] = first_token_behind(health)
         phases = tuple(_run_phase(client, deployment.url, served, urls, work, drawn, request, target.role, i,

@@ -55,6 +55,17 @@ def proxy_health(client: Any, url: str) -> dict:
     return body if isinstance(body, dict) else {}
 
 
+def own_metrics(client: Any, url: str) -> tuple[str, ...]:
+    """(url,) when the server answers /metrics; () for a front door without it (Ray Serve's ingress: its engines
+    report to Ray's metrics agent, not over HTTP), whose phases then have client-side numbers only."""
+    import httpx
+
+    try:
+        return (url,) if client.get(f"{url}/metrics").status_code == 200 else ()
+    except httpx.HTTPError:
+        return (url,)  # scrape names the error
+
+
 def decode_urls_behind(health: dict) -> tuple[str, ...]:
     """The decode servers the project's proxy routes to, from its /health (proxy_health); () for a plain server."""
     decode = health.get("decode")

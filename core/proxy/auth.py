@@ -73,3 +73,15 @@ class EngineGuard(BearerGuard):
             logging.getLogger("hybridserve").error("EngineGuard: %s is not set; every path but %s refused",
                                                    ENGINE_KEY_ENV, ", ".join(sorted(OPEN_PATHS)))
         super().__init__(app, key=key)
+
+
+class KeyFileGuard(BearerGuard):
+    """A BearerGuard whose key is read from `key_file` where the app starts (Ray's ingress replica, on the proxy's
+    host): the key never travels in a config, a pickled app or a log, only the file's path."""
+
+    def __init__(self, app, *, key_file: str) -> None:  # noqa: ANN001
+        from pathlib import Path
+
+        from hybridserve.core.launch.keys import read_key
+
+        super().__init__(app, key=read_key(Path(key_file), what="api_key_file"))
