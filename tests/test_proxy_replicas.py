@@ -101,3 +101,22 @@ def test_the_command_line_takes_pd_or_replicas(argv, capsys):
 def test_the_command_line_reads_replicas():
     config, _, _ = parse_args(["--replica", R1, "--replica", R2, "--policy", "least_outstanding"])
     assert config.replica_urls == (R1, R2) and config.prefill_urls == () and config.policy.value == "least_outstanding"
+
+
+def test_bench_reads_the_settings_of_the_replicas_behind_the_proxy(tmp_path):
+    """bench's like-for-like check finds a replicas deployment's engines in the proxy's /health, as P/D's."""
+    from hybridserve.core.bench.target_settings import url_settings
+
+    info = ('vllm:cache_config_info{block_size="256",cache_dtype="auto",mamba_cache_dtype="bfloat16",'
+            'mamba_ssm_cache_dtype="float32",engine="0"} 1.0\n')
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "proxy":
+            return httpx.Response(200, json={"status": "ok", "replica": [R1, R2], "down": {"replica": {}}})
+        return httpx.Response(200, text=info)
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as client:
+        settings = url_settings(client, "deployment", "http://proxy:1", max_model_len=2048, num_gpus=None,
+                                run_root=tmp_path)
+    assert [e.name for e in settings.engines] == ["replica-0", "replica-1"]
+    assert all(e.readings for e in settings.engines)
