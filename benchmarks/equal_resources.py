@@ -21,7 +21,8 @@ come from it), runs the next cells of the sweep (workload x rate x configuration
 control) until DEADLINE, then stops every deployment and quits the daemon it started: nothing outlives the call.
 The machine keeps /tmp while it is warm: the state (STATE, default /tmp/hs-equal/SET) and the torch.compile, Triton
 and FlashInfer caches, so the next call starts warm and goes on where this one stopped; call again until it prints
-"sweep done". Each cell is one `hybridserve bench` run (Poisson arrivals, seeded: every configuration gets the same
+"sweep done". A new machine (the next session) goes on from an earlier call's $OUT with `--resume DIR` (carried):
+the profile and the cells done are kept. Each cell is one `hybridserve bench` run (Poisson arrivals, seeded: every configuration gets the same
 requests); goodput, TTFT and ITL per configuration with plan's prediction beside (core/sizing/compare.py).
 """
 
@@ -201,6 +202,13 @@ CACHE_ENV = {"TRITON_CACHE_DIR": "/tmp/hs-triton"}  # kept between the calls of 
 
 def load_state(args: argparse.Namespace, mach: dict) -> dict:
     path = args.state / "state.json"
+    if not path.is_file() and args.resume:  # a new machine: the profile and the cells done so far, carried back
+        state = json.loads((args.resume / "equal_resources_state.json").read_text())
+        if state.get("profile"):
+            profile = args.state / Path(state["profile"]).name
+            shutil.copy(args.resume / profile.name, profile)
+            state["profile"] = str(profile)
+        return state
     if path.is_file():
         return json.loads(path.read_text())
     return {"set": args.set, "device": mach["device"], "model": mach["model"], "unit": mach["unit"],
@@ -543,6 +551,8 @@ def main() -> None:
     p.add_argument("--rates", nargs="+", type=float, default=None, help="the sweep's rates (default: fractions of "
                    "plan's highest rate in SLO, from the profile measured first)")
     p.add_argument("--num-requests", type=int, default=None, help="requests per cell (default: the workload's)")
+    p.add_argument("--resume", type=Path, default=None, help="a folder with an earlier call's $OUT files "
+                   "(equal_resources_state.json, profile-SET.yaml): a new machine goes on from there")
     p.add_argument("--dry-run", action="store_true", help="print the topologies and launch commands only")
     a = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` at the deadline: stop what was started

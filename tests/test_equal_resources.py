@@ -128,3 +128,15 @@ def test_the_slo_is_five_times_the_units_idle_latency(script):
     slo = script.slo_of(profile, {"input_len": "100:1800", "output_len": "8:16"})
     # 1,800 tokens in two chunks (1,000 + 800): 0.02 + 2 x 0.01 + 1,800 x 1e-5 = 0.058 s; a decode step 0.01001 s
     assert slo == {"ttft_s": pytest.approx(5 * 0.058), "itl_s": pytest.approx(5 * 0.01001)}
+
+
+def test_a_new_machine_goes_on_from_a_carried_state(script, tmp_path):
+    carried, state_dir = tmp_path / "carried", tmp_path / "state"
+    carried.mkdir(), state_dir.mkdir()
+    (carried / "equal_resources_state.json").write_text(json.dumps(
+        {"set": "1p1d", "profile": "/tmp/hs-equal/1p1d/profile-1p1d.yaml", "cells": {"long|1.0|pd-1p1d": {"rc": 0}}}))
+    (carried / "profile-1p1d.yaml").write_text("schema: x\n")
+    args = type("Args", (), {"state": state_dir, "resume": carried})()
+    state = script.load_state(args, {})
+    assert state["profile"] == str(state_dir / "profile-1p1d.yaml") and (state_dir / "profile-1p1d.yaml").is_file()
+    assert state["cells"] == {"long|1.0|pd-1p1d": {"rc": 0}}
