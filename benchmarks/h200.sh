@@ -23,6 +23,11 @@
 #   bash benchmarks/h200.sh served-bench              # start, then bench, faults, stop: one call each, back to back
 #   bash benchmarks/h200.sh served-faults             # (the servers live across the calls; bench before faults, so
 #   bash benchmarks/h200.sh served-stop               # that plan can follow the servers' request history)
+#   bash benchmarks/h200.sh equal-resources [SET]     # "P/D against aggregated replicas at equal resources":
+#                                                     # benchmarks/equal_resources.py call, MPS shares of GPU 0
+#                                                     # (SET 1p1d: 1P1D against 2 replicas; 3: 2P1D and 1P2D
+#                                                     # against 3 replicas); the step profile first, then the
+#                                                     # sweep: call again until "sweep done"
 #   bash benchmarks/h200.sh chaos [FLAGS]             # "Role deaths under load (chaos), H200":
 #                                                     # benchmarks/chaos.py, 60 layers, one prefill and two decodes
 #                                                     # on GPU 0, in the background: call again until "chaos done";
@@ -334,6 +339,22 @@ dead_peer() {  # a READ initiator's hold on a SIGKILLed target's VRAM: cuda_ipc'
   [ -n "$DRY" ] || cat "$OUT/dead_peer.json"
 }
 
+equal_resources() {  # SET [FLAGS]: one call of the sweep; the MPS daemon never outlives it
+  setup vllm
+  model_60_layers
+  local set=${1:-1p1d} had_mps=0
+  shift 2> /dev/null
+  if [ -z "$DRY" ] && pgrep -f nvidia-cuda-mps-control > /dev/null; then had_mps=1; fi
+  run "$OUT/equal_resources.out" "$(left 5)" python3 benchmarks/equal_resources.py call --set "$set" --out "$OUT" "$@"
+  [ -n "$DRY" ] || tail -c 4000 "$OUT/equal_resources.out"
+  # the script quits the daemon it started; a script killed at the deadline cannot, so quit it here
+  if [ -z "$DRY" ] && [ $had_mps = 0 ] && pgrep -f nvidia-cuda-mps-control > /dev/null; then
+    echo quit | nvidia-cuda-mps-control; say "MPS daemon quit by h200.sh"
+  fi
+  keep_logs "/tmp/hs-equal/$set/runs"
+  pack
+}
+
 # the vLLM log lines core/launch/start_phase.py names a phase by (its MARKERS)
 PHASE_LINES='Starting to load model|Loading weights took|Model loading took|Dynamo bytecode transform|Compiling a graph'\
 '|Directly load the compiled|torch.compile took|Memory profiling takes|Profiling CUDA graph memory|Available KV cache'\
@@ -372,11 +393,12 @@ case "$stage" in
   served-stop) served_step stop ;;
   chaos) chaos "$@" ;;
   lease-burst) lease_burst "$@" ;;
+  equal-resources) equal_resources "$@" ;;
   dead-peer) dead_peer "$@" ;;
   ipc-cache-cost) ipc_cache_cost "$@" ;;
   cold-start) cold_start "$@" ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
        "fallback-warning, served-start, served-bench, served-faults, served-stop, cold-start, chaos, lease-burst," \
-       "dead-peer or ipc-cache-cost" \
+       "equal-resources, dead-peer or ipc-cache-cost" \
        "(got '${stage}')"; exit 2 ;;
 esac

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from hybridserve.cli import bench, export, launch, plan, transfer, tune, validate, verify
+from hybridserve.cli import bench, export, launch, plan, step_profile, transfer, tune, validate, verify
 from hybridserve.cli.guard import guarded
 from hybridserve.cli.help import HelpCommand, HelpGroup
 
@@ -32,6 +32,7 @@ app.command("tune", cls=HelpCommand, context_settings=_MANY)(guarded(tune.comman
 app.command("launch", cls=HelpCommand)(guarded(launch.command))
 app.command("validate", cls=HelpCommand, context_settings=_MANY)(guarded(validate.command))  # --prompt-len 1k 8k
 app.command("bench", cls=HelpCommand)(guarded(bench.command))
+app.command("step-profile", cls=HelpCommand)(guarded(step_profile.command))
 app.add_typer(transfer.app, name="transfer")
 app.add_typer(export.app, name="export")
 

@@ -28,8 +28,10 @@ from hybridserve.core.launch.topology import Device, EngineOptions, FirstTokenSo
 
 
 def command(
-    role: Annotated[str, typer.Option(help="prefill, decode, proxy, single (one plain server) or all (all three "
-                                       "on this machine).")] = "all",
+    role: Annotated[str, typer.Option(help="prefill, decode, replica, proxy, single (one plain server) or all "
+                                       "(all of them here).")] = "all",
+    replicas: Annotated[Optional[int], typer.Option(help="N plain servers behind the proxy, no P/D (replica i on "
+                                                    "core or GPU i).", show_default=False)] = None,
     model: Annotated[Optional[Path], typer.Option("--model", "-m", help="Model folder (config.json + weights); "
                                                   "default: the shipped tiny Qwen3.5.")] = None,
     topology: Annotated[Optional[Path], typer.Option(help="Topology YAML that every host reads.")] = None,
@@ -115,6 +117,8 @@ def command(
 
       hybridserve launch --role all --dry-run --json     # the exact command lines and environment
 
+      hybridserve launch --replicas 2                    # aggregated: 2 plain servers (cores 0, 1) behind the proxy
+
       hybridserve launch --topology t.yaml --role prefill --index 0
 
       hybridserve launch --role all --tuned-profile tuned-gdn-prefill.yaml   # per-batch GDN prefill routing
@@ -147,7 +151,7 @@ def command(
                             vllm_args=passed_vllm_args(vllm_arg, after_dashes),
                             router=ProxyKind.parse(router) if router else None,
                             first_token=FirstTokenSource.parse(first_token) if first_token else None,
-                            api_key_file=api_key_file,
+                            api_key_file=api_key_file, num_replicas=replicas,
                             gpu_memory_bytes=_gpu_memory(gpu_memory))
     restart_policy = RestartPolicy.parse(restart)
     is_ray = _engine_is_ray(engine_kind)

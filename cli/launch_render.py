@@ -18,7 +18,8 @@ def access_lines(plan: LaunchPlan) -> list[str]:
     topology, key = plan.topology, plan.engine_key_file
     sides = ", ".join(f"{i.host}:{i.side_channel_port}" for i in (*topology.prefill, *topology.decode))
     rest = (f"access: open to anyone who reaches them: the NIXL side channels ({sides}) and UCX's listeners on the "
-            "engines' addresses; keep them on a private network")
+            "engines' addresses; keep them on a private network") if sides else (
+        "access: replicas have no KV connector: no NIXL side channel or UCX listener")
     if key is None:
         return ["access: open (no --api-key-file): the proxy and the engines answer anyone who reaches them", rest]
     front = ("open front door (no --api-key-file): the proxy answers anyone who reaches it" if plan.is_open else
@@ -40,6 +41,7 @@ def launch_dict(plan: LaunchPlan) -> dict[str, Any]:
         {"name": c.name, "role": c.role.value, "url": c.url, "argv": list(c.argv), "env": dict(c.env),
          "secret_env": {name: f"read from {path} at start" for name, path in c.secret_env},
          "gpus": list(c.gpus) if c.gpus is not None else None, "gpu_memory_utilization": c.gpu_memory_utilization,
+         "sm_percent": c.sm_percent, "share": c.share,
          "block_size": c.cache.block_size if c.cache else None,
          "kernel_block_size": c.cache.kernel_block_size if c.cache else None,
          "layout": layout_dict(c.cache.layout) if c.cache else None,
@@ -70,6 +72,8 @@ def render_dry_run(plan: LaunchPlan) -> None:
         out_console.print(f"# {line}", highlight=False, markup=False, soft_wrap=True)
     for c in plan.commands:
         out_console.print(f"[bold]# {c.name}[/]  {c.url}", highlight=False)
+        if c.share is not None:
+            out_console.print(f"# share: {c.share}", highlight=False, markup=False, soft_wrap=True)
         if c.async_scheduling is not None:
             state = "on" if c.async_scheduling.is_on else "off"
             out_console.print(f"# async scheduling {state}: {c.async_scheduling.reason}", highlight=False, markup=False,

@@ -54,6 +54,17 @@ def command(
     reserved_gib: Annotated[float, typer.Option(help="Activations and graphs per rank, GiB.")] = 0.0,
     no_hybrid_allocator: Annotated[bool, typer.Option(help="Model vLLM without the hybrid KV cache "
                                                       "manager (attention-only models).")] = False,
+    gpus: Annotated[Optional[str], typer.Option(help="Sizing: PROFILE:N, N units of a step profile (shipped name "
+                                                "or file), e.g. cpu-core:2; aggregated or xPyD?")] = None,
+    input_len: Annotated[Optional[str], typer.Option(help="Sizing: prompt tokens, N or MIN:MAX.")] = None,
+    output_len: Annotated[Optional[str], typer.Option(help="Sizing: output tokens, N or MIN:MAX.")] = None,
+    rate: Annotated[Optional[float], typer.Option(help="Sizing: arrival rate, requests/s (Poisson).")] = None,
+    slo_ttft: Annotated[Optional[float], typer.Option(help="Sizing: TTFT SLO in ms (as bench's; 90 % of requests).")] = None,
+    slo_itl: Annotated[Optional[float], typer.Option(help="Sizing: ITL SLO in ms, a request's mean (bench's).")] = None,
+    num_requests: Annotated[int, typer.Option(help="Sizing: requests simulated per rate.")] = 200,
+    seed: Annotated[int, typer.Option(help="Sizing: seed of lengths and arrivals (bench's).")] = 0,
+    policy: Annotated[str, typer.Option(help="Sizing: the proxy's policy.")] = "least_outstanding",
+    no_search: Annotated[bool, typer.Option("--no-search", help="Sizing: skip the highest rate in SLO.")] = False,
     as_json: JsonOpt = False,
     as_yaml: YamlOpt = False,
 ) -> None:
@@ -66,7 +77,18 @@ def command(
       hybridserve plan -m qwen3.5-0.8b --block-size 128 --tp 1 --tp 4 --memory h200
 
       hybridserve plan -m all --tp 1 --tp 2 --tp 4 --tp 8 --json
+
+      hybridserve plan -m profiles/tiny-qwen3.5 --gpus cpu-core:2 --input-len 1000:1800 --output-len 16:64 \
+          --rate 4 --slo-ttft 500 --slo-itl 50          # sizing: aggregated replicas or xPyD (docs/sizing.md)
     """
+    if gpus is not None:
+        from hybridserve.cli.plan_sizing import render_sizing, run_sizing, sizing_dict
+
+        sizing = run_sizing(model=model[0], gpus=gpus, input_len=input_len, output_len=output_len, rate=rate,
+                            slo_ttft=slo_ttft, slo_itl=slo_itl, num_requests=num_requests, seed=seed,
+                            tps=tp if tp != [1] else [], policy=policy, is_searching=not no_search)
+        print_json(sizing_dict(sizing)) if as_json else render_sizing(sizing)
+        return
     names = model_profile_names() if model == ["all"] else model
     budget = None
     if memory is not None:

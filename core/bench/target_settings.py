@@ -39,7 +39,7 @@ def url_settings(client: Any, role: str, url: str, *, max_model_len: int | None,
     """A URL no live launch run under `run_root` serves: what its engines' /metrics show."""
     health = proxy_health(client, url)
     behind: list[tuple[str, str]] = []
-    for kind in ("prefill", "decode"):
+    for kind in ("prefill", "decode", "replica"):  # the project's proxy lists its engines by role (replicas too)
         urls = health.get(kind)
         if isinstance(urls, list):
             behind += [(f"{kind}-{i}", str(u).rstrip("/")) for i, u in enumerate(urls)]

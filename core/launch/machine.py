@@ -8,6 +8,7 @@ from pathlib import Path
 from hybridserve.core.launch import model_form
 from hybridserve.core.launch.gpu_memory import gpu_memory_bytes
 from hybridserve.core.launch.gpus import check_gpus_exist, count_gpus
+from hybridserve.core.launch.mps import check_daemon, find_daemon
 from hybridserve.core.launch.placement import served_topology
 from hybridserve.core.launch.plan import LaunchPlan, Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_conv_layout, check_pairs, preflight
@@ -39,6 +40,9 @@ def machine_plan(topology: Topology, role: Role, *, index: int | None = None, vl
     if topology.device is Device.CUDA:
         check_gpus_exist([(c.name, c.gpus) for c in plan.commands if c.gpus is not None],
                          count_gpus() if num_gpus is None else num_gpus)
+        shares = [(c.name, c.gpus, c.sm_percent) for c in plan.commands if c.sm_percent is not None]
+        if shares:  # an SM share means nothing without the MPS daemon (mps.py)
+            check_daemon(shares, find_daemon())
     served = served_topology(topology, features)
     if served.model != topology.model:
         model_form.ensure_wrapped(topology.model, served.model)

@@ -15,6 +15,7 @@ from hybridserve.core.common import ucx
 from hybridserve.core.launch import model_form
 from hybridserve.core.launch.engine_command import EngineFlag
 from hybridserve.core.launch.gpus import memory_shares
+from hybridserve.core.launch.mps import mps_env
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
 from hybridserve.core.launch.vllm_version import VllmFeatures, check_gdn_backend
 
@@ -53,9 +54,11 @@ def placements(topology: Topology, engines: list[tuple[str, str, EngineInstance]
     fixed = {name: inst.gpu_memory_utilization for name, _, inst in engines if inst.gpu_memory_utilization}
     shares = memory_shares(where, total=topology.engine.gpu_memory_utilization, fixed=fixed)
     kinds = {name: kind for name, kind, _ in engines}
+    mps = {name: mps_env(inst) for name, _, inst in engines}  # an SM share under MPS (mps.py)
     return {name: EnginePlacement(topology=served, gpus=gpus, gpu_memory_utilization=shares[name],
                                   extra_flags=model_flags + (_memory_flag(shares[name]),),
-                                  extra_env=tuple(sorted(ucx.cuda_ipc_env(is_reader=kinds[name] == "decode").items())))
+                                  extra_env=tuple(sorted(ucx.cuda_ipc_env(is_reader=kinds[name] == "decode").items()))
+                                  + mps[name])
             for name, gpus in where}
 
 

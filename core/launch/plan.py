@@ -24,6 +24,9 @@ from hybridserve.core.launch.vllm_version import V0_32, VllmFeatures
 from hybridserve.core.launch.instance_cache import InstanceCache, instance_cache
 from hybridserve.core.launch.port_numbers import check_port_numbers
 from hybridserve.core.model.profiles import load_model
+from hybridserve.core.launch.mps import check_shares, share_line
+from hybridserve.core.launch.replicas import KIND as REPLICA
+from hybridserve.core.launch.replicas import check_shape
 from hybridserve.core.launch.router_command import metrics_port, router_argv
 from hybridserve.core.launch.topology import Device, EngineInstance, ProxyKind, Topology
 
@@ -34,13 +37,14 @@ class Role(enum.Enum):
     PREFILL = "prefill"
     DECODE = "decode"
     PROXY = "proxy"
-    ALL = "all"  # prefill + decode + proxy
+    ALL = "all"  # every engine of the topology (prefill + decode, or the replicas) + proxy
     SINGLE = "single"  # one plain vLLM server, no KV connector (validate's baseline)
+    REPLICA = "replica"  # a plain vLLM server of an aggregated topology (replicas.py)
 
     @property
     def is_engine(self) -> bool:
         """Whether a command of this role is a vLLM server (its log shows the engine, its ports include NIXL's)."""
-        return self in (Role.PREFILL, Role.DECODE, Role.SINGLE)
+        return self in (Role.PREFILL, Role.DECODE, Role.REPLICA, Role.SINGLE)
 
     @classmethod
     def parse(cls, text: str) -> Role:
@@ -62,6 +66,8 @@ class RoleCommand:
     cache: InstanceCache | None = None  # engines only
     gpus: tuple[int, ...] | None = None  # CUDA engines: the GPU ids it runs on
     gpu_memory_utilization: float | None = None  # CUDA engines: its share of each of those GPUs
+    sm_percent: int | None = None  # CUDA engines under MPS: its share of the SMs (mps.py)
+    share: str | None = None  # engines: what of the machine it gets, in words (mps.share_line)
     async_scheduling: AsyncScheduling | None = None  # engines: on or off, and why (async_scheduling.py)
     limits: EngineLimits | None = None  # engines: context, sequences, eager, and why (engine_limits.py)
 
@@ -96,6 +102,8 @@ def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None
     """`gpu_memory_bytes`: one GPU's memory (CUDA), for the context check of each engine (context_fit.py);
     None: not checked."""
     python = python or sys.executable
+    check_shape(topology)
+    check_shares(topology)
     check_port_numbers(topology)
     model = load_model(str(topology.model))
     engines = _single_engine(topology) if role is Role.SINGLE else _engines(topology)
@@ -111,7 +119,7 @@ def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None
     if role in (Role.ALL, Role.PROXY):
         commands.append(proxy_command(python, topology, key))
     if not commands:
-        count = len(topology.prefill if role is Role.PREFILL else topology.decode)
+        count = len(_instances_of(topology, role))
         raise InputError(f"--index {index}: the topology has {count} {role.value} instance(s); "
                          f"accepted: 0..{count - 1}")
     return LaunchPlan(topology=topology, role=role, index=index, caches=caches, commands=tuple(commands),
@@ -134,10 +142,13 @@ def _engine_command(python: str, name: str, kind: str, topology: Topology, inst:
     argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_flags + guard_flags(key),
                        limits=limits)
     env = engine_env(topology, inst, place.extra_env, role=kind)
+    has_nixl = kind in ("prefill", "decode")  # a replica or single server has no KV connector, no side channel
     return RoleCommand(name=name, role=Role(kind), argv=argv, env=env,
                        secret_env=((keys.ENGINE_KEY_ENV, key),) if key is not None else (),
-                       host=inst.host, port=inst.port, side_channel_port=inst.side_channel_port, cache=cache,
-                       gpus=place.gpus, gpu_memory_utilization=place.gpu_memory_utilization,
+                       host=inst.host, port=inst.port, side_channel_port=inst.side_channel_port if has_nixl else None,
+                       cache=cache, gpus=place.gpus, gpu_memory_utilization=place.gpu_memory_utilization,
+                       sm_percent=inst.sm_percent if place.gpus is not None else None,
+                       share=share_line(topology.device, inst, place.gpus, place.gpu_memory_utilization),
                        async_scheduling=resolve_async(topology.engine.is_async_scheduling, topology.device),
                        limits=limits)
 
@@ -155,6 +166,8 @@ def proxy_command(python: str, topology: Topology, engine_key: Path | None = Non
         argv += ["--prefill", f"http://{inst.host}:{inst.port}"]
     for inst in topology.decode:
         argv += ["--decode", f"http://{inst.host}:{inst.port}"]
+    for inst in topology.replicas:
+        argv += ["--replica", f"http://{inst.host}:{inst.port}"]
     if proxy.api_key_file is not None:  # paths only: the proxy reads the keys when it starts
         argv += ["--api-key-file", str(proxy.api_key_file)]
     if engine_key is not None:
@@ -165,12 +178,18 @@ def proxy_command(python: str, topology: Topology, engine_key: Path | None = Non
 
 def _engines(topology: Topology) -> list[tuple[str, str, EngineInstance]]:
     return ([(f"prefill-{i}", "prefill", inst) for i, inst in enumerate(topology.prefill)]
-            + [(f"decode-{i}", "decode", inst) for i, inst in enumerate(topology.decode)])
+            + [(f"decode-{i}", "decode", inst) for i, inst in enumerate(topology.decode)]
+            + [(f"{REPLICA}-{i}", REPLICA, inst) for i, inst in enumerate(topology.replicas)])
+
+
+def _instances_of(topology: Topology, role: Role) -> tuple[EngineInstance, ...]:
+    return {Role.PREFILL: topology.prefill, Role.DECODE: topology.decode}.get(role, topology.replicas)
 
 
 def _single_engine(topology: Topology) -> list[tuple[str, str, EngineInstance]]:
-    """The first decode instance's place and settings, served alone (the decode side is the one that generates)."""
-    return [("single-0", "single", topology.decode[0])]
+    """The first decode instance's place and settings (the decode side is the one that generates), or the first
+    replica's, served alone."""
+    return [("single-0", "single", (topology.decode or topology.replicas)[0])]
 
 
 def _cache(name: str, model, topology: Topology, inst: EngineInstance) -> InstanceCache:  # noqa: ANN001

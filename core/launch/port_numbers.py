@@ -20,6 +20,7 @@ def check_port_numbers(topology: Topology) -> None:
     for kind, instances in (("prefill", topology.prefill), ("decode", topology.decode)):
         for i, inst in enumerate(instances):
             named += [(f"{kind}-{i}", "port", inst.port), (f"{kind}-{i}", "side_channel_port", inst.side_channel_port)]
+    named += [(f"replica-{i}", "port", inst.port) for i, inst in enumerate(topology.replicas)]  # no side channel
     for name, what, port in named:
         if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= MAX_PORT:
             raise InputError(f"{name}: {what} {port} is not a TCP port; accepted: 1-{MAX_PORT} (without --topology "

@@ -74,7 +74,7 @@ def check_weights(plan: LaunchPlan) -> None:
     topology = plan.topology
     if not any(c.role.is_engine for c in plan.commands) or model_form.has_weights(topology.model):
         return
-    for inst in topology.prefill + topology.decode:
+    for inst in topology.prefill + topology.decode + topology.replicas:
         if passed_value(topology.engine.vllm_args + inst.extra_args, "--load-format") != "dummy":
             raise InputError(f"--model {topology.model}: no weight files ({', '.join(model_form.WEIGHT_PATTERNS)}); "
                              "accepted: a folder with weights, or random ones: --vllm-arg=--load-format "
@@ -85,7 +85,7 @@ def check_extras(plan: LaunchPlan, is_available: Callable[[str], bool]) -> None:
     extra = "cpu" if plan.topology.device is Device.CPU else "cuda"
     roles = {c.role for c in plan.commands}
     is_ours = plan.topology.proxy.kind is ProxyKind.HYBRIDSERVE
-    needed = (_ENGINE_MODULES if roles & {Role.PREFILL, Role.DECODE} else ()) + (
+    needed = (_ENGINE_MODULES if roles & {Role.PREFILL, Role.DECODE, Role.REPLICA} else ()) + (
         _PROXY_MODULES if Role.PROXY in roles and is_ours else ())
     for module, purpose in needed:
         if not is_available(module):

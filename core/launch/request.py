@@ -11,6 +11,7 @@ from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.topology import (Device, EngineOptions, FirstTokenSource, ProxyKind, Topology,
                                               local_topology)
+from hybridserve.core.launch.replicas import local_replicas
 from hybridserve.core.launch.topology_file import load_topology
 from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header
 
@@ -35,6 +36,7 @@ class LaunchRequest:
     first_token: FirstTokenSource | None = None  # --first-token; None: the topology's (default: prefill)
     api_key_file: Path | None = None  # --api-key-file: the front key (keys.py); None: the topology's (default: open)
     gpu_memory_bytes: int | None = None  # --gpu-memory: one GPU's memory for the context check; None: the driver's
+    num_replicas: int | None = None  # --replicas: N plain servers behind the proxy instead of P/D (replicas.py)
 
 
 def prepare_launch(request: LaunchRequest) -> LaunchPlan:
@@ -57,7 +59,8 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
         if not request.is_dry_run:
             check_tuned_profile(header, topology.device)
         topology = apply_tuned_profile(topology, header)
-    if request.topology_file is None and request.role not in (Role.ALL, Role.PROXY) and request.index not in (None, 0):
+    if (request.topology_file is None and request.num_replicas is None and request.role not in (Role.ALL, Role.PROXY)
+            and request.index not in (None, 0)):
         raise InputError(f"--index {request.index}: without --topology there is one {request.role.value} instance")
     return machine_plan(topology, request.role, index=request.index, vllm=request.vllm_version,
                         is_dry_run=request.is_dry_run, num_gpus=request.num_gpus, run_root=request.run_root,
@@ -66,6 +69,9 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
 
 def _topology(request: LaunchRequest) -> Topology:
     if request.topology_file is not None:
+        if request.num_replicas is not None:
+            raise InputError(f"--replicas {request.num_replicas} with --topology: accepted: one of them (a topology "
+                             "lists its replicas under replicas:)")
         topology = load_topology(request.topology_file)
         return replace(topology, model=request.model.resolve()) if request.model else topology
     model = request.model
@@ -74,5 +80,9 @@ def _topology(request: LaunchRequest) -> Topology:
     num_gpus = request.num_gpus
     if num_gpus is None and request.device is Device.CUDA:
         num_gpus = count_gpus()
+    if request.num_replicas is not None:
+        return local_replicas(num_replicas=request.num_replicas, model=model, device=request.device,
+                              engine=request.engine, num_cores=request.num_cores, num_gpus=num_gpus or 1,
+                              base_port=request.base_port)
     return local_topology(model=model, device=request.device, engine=request.engine, num_cores=request.num_cores,
                           num_gpus=num_gpus or 1, base_port=request.base_port)

@@ -40,6 +40,9 @@ class MissingRouterError(HybridserveError):
 
 def router_argv(python: str, topology: Topology) -> tuple[str, ...]:
     proxy = topology.proxy
+    if topology.replicas:
+        raise InputError("proxy kind vllm-router with replicas: launch runs vllm-router in its NIXL P/D mode only; "
+                         "accepted with replicas: the project's proxy (--router hybridserve)")
     policy = _POLICIES.get(proxy.policy)
     if policy is None:
         raise InputError(f"proxy policy {proxy.policy.value}: vllm-router has no such policy; accepted with "

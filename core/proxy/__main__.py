@@ -1,4 +1,5 @@
-"""`python -m hybridserve.core.proxy --prefill URL --decode URL [--host H --port P ...]`: what launch starts."""
+"""`python -m hybridserve.core.proxy --prefill URL --decode URL [--host H --port P ...]`, or `--replica URL ...`
+for aggregated serving: what launch starts."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from hybridserve.core.launch.topology import FirstTokenSource, RoutingPolicy
 
 def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
     parser = argparse.ArgumentParser(prog="python -m hybridserve.core.proxy", description=__doc__)
-    parser.add_argument("--prefill", action="append", required=True, help="prefill server URL (repeatable)")
-    parser.add_argument("--decode", action="append", required=True, help="decode server URL (repeatable)")
+    parser.add_argument("--prefill", action="append", default=[], help="prefill server URL (repeatable)")
+    parser.add_argument("--decode", action="append", default=[], help="decode server URL (repeatable)")
+    parser.add_argument("--replica", action="append", default=[],
+                        help="aggregated serving: a plain server URL (repeatable), instead of prefill and decode")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--policy", default="round_robin", choices=[p.value for p in RoutingPolicy])
@@ -29,12 +32,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
     parser.add_argument("--health-interval", type=float, default=1.0,
                         help="seconds between probes of every server's /health (core/proxy/health_watch.py)")
     args = parser.parse_args(argv)
+    is_pd, is_mixed = bool(args.prefill and args.decode), bool(args.replica and (args.prefill or args.decode))
+    if is_mixed or not (is_pd or args.replica):
+        parser.error("accepted: --prefill and --decode URLs (P/D), or --replica URLs (aggregated), not both")
     try:
         keys = {name: read_key(path, what=f"--{name.replace('_', '-')}-file") if path else None
                 for name, path in (("api_key", args.api_key_file), ("engine_key", args.engine_key_file))}
     except InputError as exc:
         parser.error(str(exc))  # one line, exit 2; it names the file, never the key
     config = ProxyConfig(prefill_urls=tuple(args.prefill), decode_urls=tuple(args.decode),
+                         replica_urls=tuple(args.replica),
                          policy=RoutingPolicy.parse(args.policy), timeout_s=args.timeout, model_name=args.model_name,
                          first_token=FirstTokenSource.parse(args.first_token),
                          health_interval_s=args.health_interval if args.health_interval > 0 else None, **keys)

@@ -1,4 +1,5 @@
-"""The OpenAI-compatible P/D proxy: FastAPI in front of prefill and decode vLLM servers, httpx behind.
+"""The OpenAI-compatible P/D proxy: FastAPI in front of prefill and decode vLLM servers (or, for aggregated serving,
+of replicas: each request whole to one of them, core/launch/replicas.py), httpx behind.
 
 Routes: POST /v1/completions and /v1/chat/completions (streaming too), GET /v1/models, /health, /metrics. With a
 front key every route but /health and /metrics asks for it (auth.py).
@@ -32,9 +33,14 @@ from hybridserve.core.vllm_plugin import timeline
 
 def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
     """`transport` replaces the network for tests (httpx.MockTransport); None: real connections."""
-    prefill_pool = EndpointPool("prefill", config.prefill_urls, config.policy)
-    decode_pool = EndpointPool("decode", config.decode_urls, config.policy)
-    pools = {"prefill": prefill_pool, "decode": decode_pool}
+    if config.replica_urls:  # aggregated serving: one pool, each request whole to one replica
+        prefill_pool = decode_pool = None
+        replica_pool = EndpointPool("replica", config.replica_urls, config.policy)
+        pools = {"replica": replica_pool}
+    else:
+        prefill_pool = EndpointPool("prefill", config.prefill_urls, config.policy)
+        decode_pool = EndpointPool("decode", config.decode_urls, config.policy)
+        replica_pool, pools = None, {"prefill": prefill_pool, "decode": decode_pool}
     metrics = ProxyMetrics()
     model_lens: dict[str, int | None] = {}  # decode's max_model_len, asked once (first_token.fits)
     if timeline.path_from_env() is not None:  # HYBRIDSERVE_TIMELINE_FILE: the hop events of each request
@@ -74,8 +80,10 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         headers = {"X-Request-Id": request.headers.get("x-request-id") or uuid.uuid4().hex}
         client: httpx.AsyncClient = request.app.state.client
         rid = headers["X-Request-Id"]
-        route = failover.Route(rid, prefill_pool, decode_pool, metrics)
+        route = failover.Route(rid, prefill_pool, decode_pool, metrics, replica=replica_pool)
         send = _sender(client, route, metrics, path, headers, is_stream=bool(body.get("stream")))
+        if replica_pool is not None:
+            return await _via_replica(route, send, body, metrics, rid)
         if config.first_token is FirstTokenSource.PREFILL:
             way = eligibility.route(path, body)
             metrics.observe_route(way)
@@ -107,12 +115,13 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
 
     @app.get("/v1/models")
     async def models(request: Request) -> Any:
-        url = decode_pool.pick()
+        role, pool = ("replica", replica_pool) if replica_pool is not None else ("decode", decode_pool)
+        url = pool.pick()
         try:
             response = await request.app.state.client.get(f"{url}/v1/models")
             return JSONResponse(response.json(), status_code=response.status_code)
         except (httpx.HTTPError, ValueError) as exc:
-            err = hops.HopError("decode", url, 502, f"{type(exc).__name__}: {exc}")
+            err = hops.HopError(role, url, 502, f"{type(exc).__name__}: {exc}")
             return JSONResponse(err.body(), status_code=502)
 
     @app.get("/health")
@@ -120,8 +129,11 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         """200 while the proxy runs, even with a role down (it routes around it: failover.py); `down` names the
         servers its probes or hops found down (a role being restarted by launch), `status` is then "degraded"."""
         down = {role: pool.health.report() for role, pool in pools.items()}
-        return {"status": "degraded" if any(down.values()) else "ok", "prefill": list(config.prefill_urls),
-                "decode": list(config.decode_urls), "down": down, "first_token": config.first_token.value}
+        status = "degraded" if any(down.values()) else "ok"
+        if replica_pool is not None:  # no P/D split: nobody samples a first token apart
+            return {"status": status, "replica": list(config.replica_urls), "down": down}
+        return {"status": status, "prefill": list(config.prefill_urls), "decode": list(config.decode_urls),
+                "down": down, "first_token": config.first_token.value}
 
     @app.get("/metrics")
     async def prometheus() -> Any:
@@ -159,6 +171,17 @@ def _sender(client: httpx.AsyncClient, route: failover.Route, metrics: ProxyMetr
             pool.outstanding[url] -= 1
             raise
     return send
+
+
+async def _via_replica(route: failover.Route, send: failover.Send, body: dict, metrics: ProxyMetrics,
+                       rid: str) -> Any:
+    """Aggregated serving: the request whole on one replica, the next one up after a retryable failure."""
+    try:
+        served = await route.serve("replica", send, body)
+    except hops.HopError as err:
+        metrics.requests[err.outcome] += 1
+        return JSONResponse(err.body(), status_code=err.status)
+    return _answer(route, metrics, served, rid)
 
 
 def _answer(route: failover.Route, metrics: ProxyMetrics, served: failover.Served, rid: str) -> Any:

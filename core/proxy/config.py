@@ -1,4 +1,5 @@
-"""The proxy's settings: where the prefill and decode servers are, how to pick one, how long to wait, the keys."""
+"""The proxy's settings: where the prefill and decode servers (or the replicas) are, how to pick one, how long to
+wait, the keys."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from hybridserve.core.launch.topology import FirstTokenSource, RoutingPolicy
 
 @dataclass(frozen=True, kw_only=True)
 class ProxyConfig:
-    prefill_urls: tuple[str, ...]
-    decode_urls: tuple[str, ...]
+    prefill_urls: tuple[str, ...] = ()
+    decode_urls: tuple[str, ...] = ()
+    replica_urls: tuple[str, ...] = ()  # aggregated serving: each request whole to one of them (no P/D hops)
     policy: RoutingPolicy = RoutingPolicy.ROUND_ROBIN
     timeout_s: float = 120.0  # per hop (connect, each read): a server that stalls fails the request, never hangs it
     model_name: str | None = None

@@ -57,9 +57,12 @@ def is_retryable(err: HopError) -> bool:
 class Route:
     """One request's failures so far (servers it will not go back to) and what was done about them."""
 
-    def __init__(self, rid: str, prefill: EndpointPool, decode: EndpointPool, metrics: ProxyMetrics) -> None:
+    def __init__(self, rid: str, prefill: EndpointPool | None, decode: EndpointPool | None, metrics: ProxyMetrics,
+                 *, replica: EndpointPool | None = None) -> None:
+        """P/D's two pools, or (aggregated serving) the replicas' pool alone."""
         self.rid, self.metrics = rid, metrics
-        self.pools = {"prefill": prefill, "decode": decode}
+        pools = {"prefill": prefill, "decode": decode, "replica": replica}
+        self.pools = {role: pool for role, pool in pools.items() if pool is not None}
         self.avoid: set[str] = set()
         self.errors: list[HopError] = []
         self.lease_margin_s = kv_lease.margin_from_env()
@@ -73,7 +76,7 @@ class Route:
 
     def servers_up(self, role: str, url: str) -> list[tuple[str, str]]:
         """(role, url) of `url` first, then every other server up, decode's first."""
-        others = [(r, u) for r in ("decode", "prefill") for u in self.pools[r].urls
+        others = [(r, u) for r in ("decode", "prefill", "replica") if r in self.pools for u in self.pools[r].urls
                   if u != url and self.pools[r].health.is_up(u)]
         return [(role, url), *others]
 
@@ -117,7 +120,8 @@ class Route:
     def give_up(self) -> HopError:
         """The last failure, naming the ones before it; or, with none, that no server was up."""
         if not self.errors:
-            return HopError("decode", "-", 502, "no prefill or decode server is up")
+            roles = list(self.pools)
+            return HopError(roles[-1], "-", 502, f"no {' or '.join(roles)} server is up")
         last, earlier = self.errors[-1], "; ".join(str(e) for e in self.errors[:-1])
         return HopError(last.role, last.url, last.status, f"{last.reason} (before it: {earlier})" if earlier
                         else last.reason, is_unsent=last.is_unsent, is_transport=last.is_transport)
@@ -128,6 +132,12 @@ class Route:
         url = self.pick(role)
         if url is not None:
             self.fell_back(role, url)
+        return await self.serve(role, send, body, url=url)
+
+    async def serve(self, role: str, send: Send, body: dict, *, url: str | None = None) -> Served:
+        """Serve the request on a server of `role` (`url` first, else the policy's pick), the next one up after a
+        retryable failure: a replica's whole request, or a role serving alone."""
+        url = url or self.pick(role)
         while url is not None:
             try:
                 return role, url, await send(role, url, body)
