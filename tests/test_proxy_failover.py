@@ -237,6 +237,50 @@ def test_a_server_that_stops_answering_is_seen_down_while_its_peers_probe_waits(
     assert health.is_up(D2)  # slow is not down
 
 
+def test_a_broken_hop_probes_its_server_now_a_dead_one_is_down_a_stalled_one_stays_up():
+    """Route.failed on a broken connection asks for a probe at once (the regular one is an interval away): d1 died and
+    refuses; d2's API server is stalled (a keep-alive reset, not a death) and stays up."""
+    import asyncio
+
+    from hybridserve.core.proxy.hops import HopError
+    from hybridserve.core.proxy.metrics import ProxyMetrics
+    from hybridserve.core.proxy.routing import EndpointPool
+
+    probed: list[str] = []
+
+    async def backend(request: httpx.Request) -> httpx.Response:
+        probed.append(request.url.host)
+        if len(probed) <= 2:  # probe_forever's first round: both up
+            return httpx.Response(200)
+        if request.url.host == "d2":  # stalled a while (MockTransport has no timeouts), then answers
+            await asyncio.sleep(1.0)
+            return httpx.Response(200)
+        raise httpx.ConnectError("refused")
+
+    async def scenario(pool: EndpointPool) -> tuple[bool, bool, float]:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(backend)) as client:
+            task = asyncio.create_task(pool.health.probe_forever(client, 600))  # no second regular round
+            await asyncio.sleep(0.1)
+            began = asyncio.get_running_loop().time()
+            for rid, url in enumerate((D1, D2, D2)):  # d2 twice: one probe in flight is enough
+                Route(f"r{rid}", None, pool, ProxyMetrics()).failed(
+                    HopError("decode", url, 502, "ReadError: reset", is_transport=True))
+            while pool.health.is_up(D1) and asyncio.get_running_loop().time() - began < 0.9:
+                await asyncio.sleep(0.01)
+            seen = asyncio.get_running_loop().time() - began
+            await asyncio.sleep(1.2)
+            task.cancel()
+            return pool.health.is_up(D1), pool.health.is_up(D2), seen
+
+    from hybridserve.core.launch.topology import RoutingPolicy
+    from hybridserve.core.proxy.failover import Route
+
+    pool = EndpointPool("decode", (D1, D2), RoutingPolicy.ROUND_ROBIN)
+    d1_up, d2_up, seen = asyncio.run(scenario(pool))
+    assert not d1_up and d2_up and seen < 0.5, (seen, probed)
+    assert probed.count("d2") == 2  # the round, then one probe now (the second broken hop found it in flight)
+
+
 def test_the_timeline_join_counts_retries_and_fallbacks_as_proxy_events():
     from hybridserve.core.launch.timeline import per_request
 

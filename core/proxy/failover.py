@@ -90,10 +90,12 @@ class Route:
         self.errors.append(err)
         if err.is_unsent:  # nothing listens there: down until a probe finds it again
             self.pools[err.role].health.mark_down(err.url, err.reason)
-        # A connection broken mid-request proves less: a server that died (its next connection is refused, and the
-        # probe, every second, marks it down), or one whose keep-alive reset a pooled connection (keepalive.py): marked
-        # down, that server took every request for HOP_DOWN_S elsewhere, and a 6 s stall of prefill's and the other
-        # decode's API servers after a decode's death left none up: 21 of 30 requests failed at once (issue 39).
+        elif err.is_transport:
+            # A connection broken mid-request proves less: a server that died (its next connection is refused) or one
+            # whose keep-alive reset a pooled connection (keepalive.py). Marked down, that server took no request for
+            # HOP_DOWN_S, and a 6 s stall of prefill's and the other decode's API servers after a decode's death left
+            # none up: 21 of 30 requests failed at once (issue 39). A probe now tells the two apart.
+            self.pools[err.role].health.check_now(err.url)
         if len(self.errors) >= MAX_FAILURES:
             raise self.give_up()
 

@@ -33,6 +33,8 @@ class EndpointHealth:
         self.expires: dict[str, float] = {}  # url -> when a hop's mark lapses (probes' marks do not)
         self.slow: dict[str, int] = {}  # url -> probes in a row that got no answer in time
         self.urls = urls
+        self._client: httpx.AsyncClient | None = None  # probe_forever's, for check_now
+        self._checking: set[asyncio.Task] = set()
 
     def is_up(self, url: str) -> bool:
         if url in self.expires and time.time() > self.expires[url]:
@@ -88,10 +90,22 @@ class EndpointHealth:
         else:
             self.mark_down(url, f"/health: HTTP {response.status_code}", is_probe=True)
 
+    def check_now(self, url: str) -> None:
+        """Probe `url` now, not at its next turn: a hop's connection broke mid-request. A dead server refuses and is
+        down at once; a live one whose keep-alive reset the connection (keepalive.py) answers, or is slow, and stays
+        up. Without it, a SIGKILLed decode stayed up to the proxy for 2 s and more on a loaded 2-core box, each of
+        its probes queued behind the relays. A proxy run without probes (tests) has no client: nothing to do."""
+        if self._client is None or any(task.get_name() == url for task in self._checking):
+            return
+        task = asyncio.get_running_loop().create_task(self._probe_one(self._client, url), name=url)
+        self._checking.add(task)
+        task.add_done_callback(self._checking.discard)
+
     async def probe_forever(self, client: httpx.AsyncClient, interval_s: float) -> None:
         """Each server on its own clock: a busy server's probe waits up to PROBE_TIMEOUT_S, and a round that waited
         for it put off every other server's probe too (a CI run on the 2-core box saw a SIGKILLed decode still up
         2 s after its death, its peer's probe waiting; a decode that had come up was still down to the proxy)."""
+        self._client = client
         await asyncio.gather(*(self._probe_every(client, url, interval_s) for url in self.urls))
 
     async def _probe_every(self, client: httpx.AsyncClient, url: str, interval_s: float) -> None:
