@@ -16,6 +16,7 @@ from hybridserve.cli.launch_render import launch_dict, render_dry_run
 from hybridserve.cli.options import JsonOpt
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.layout.capacity import VLLM_GPU_MEMORY_UTILIZATION
 from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.model.profiles import device_memory_bytes
 from hybridserve.core.launch.async_scheduling import HELP as ASYNC_HELP
@@ -67,7 +68,7 @@ def command(
                                          "the deployment) or never (exit 1 at the first death).")] = "on-failure",
     base_port: Annotated[int, typer.Option(help="Proxy port; prefill +100 (side channel +150), decode +200 (+250).")] = 8000,
     gpu_memory_utilization: Annotated[float, typer.Option(help="CUDA: part of each GPU split among the roles "
-                                                          "on it (two roles on one GPU: 0.45 each).")] = 0.9,
+                                                          "on it (two roles on one GPU: 0.46 each).")] = VLLM_GPU_MEMORY_UTILIZATION,
     enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager", show_default=False,
                                                          help=limits_help.HELP_ENFORCE_EAGER)] = None,
     gpu_memory: Annotated[Optional[str], typer.Option(help="CUDA: one GPU's memory for the context check, GiB "

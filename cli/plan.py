@@ -10,7 +10,7 @@ from hybridserve.cli.console import print_json
 from hybridserve.cli.options import DtypeOpt, JsonOpt, YamlOpt
 from hybridserve.cli.plan_render import render_plans
 from hybridserve.core.layout.attention_backend import AttentionBackend
-from hybridserve.core.layout.capacity import MemoryBudget
+from hybridserve.core.layout.capacity import VLLM_GPU_MEMORY_UTILIZATION, MemoryBudget
 from hybridserve.core.model.dtypes import parse_optional
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.settings import CacheSettings, layout_request
@@ -47,7 +47,7 @@ def command(
     runs: Annotated[int, typer.Option(help="Contiguous runs a request's blocks come in (our scheme).")] = 1,
     memory: Annotated[Optional[str], typer.Option(help="Device memory: GiB or h100, h200, b200, gb200.")] = None,
     gpu_memory_utilization: Annotated[float, typer.Option(help="vLLM --gpu-memory-utilization (with "
-                                                          "--roles-per-gpu: split among the roles).")] = 0.9,
+                                                          "--roles-per-gpu: split among the roles).")] = VLLM_GPU_MEMORY_UTILIZATION,
     roles_per_gpu: Annotated[int, typer.Option(help="vLLM servers sharing one GPU (prefill + decode on one "
                                                "GPU: 2); capacity is per share, as launch splits it.")] = 1,
     weights_gib: Annotated[Optional[float], typer.Option(help="Weights per rank in GiB (default: estimate).")] = None,

@@ -13,9 +13,10 @@ import subprocess
 from collections.abc import Callable, Iterable
 
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.layout.capacity import VLLM_GPU_MEMORY_UTILIZATION
 
 MAX_TOTAL_SHARE = 0.95  # what the roles on one GPU may ask for together; the rest is CUDA context and NCCL headroom
-DEFAULT_SHARE = 0.9  # vLLM's own --gpu-memory-utilization default, kept for a role that has a GPU to itself
+DEFAULT_SHARE = VLLM_GPU_MEMORY_UTILIZATION  # a role with a GPU to itself gets what `vllm serve` alone would
 
 
 def count_gpus(*, nvml: Callable[[], int | None] | None = None, smi: Callable[[], int | None] | None = None) -> int:
@@ -64,7 +65,7 @@ def memory_shares(placements: Iterable[tuple[str, tuple[int, ...]]], *, total: f
 
     `placements` is (role name, GPU ids); a TP role on several GPUs gets the smallest of its GPUs' shares.
     `fixed` holds shares the topology set; the others split what is left. Raises InputError when a GPU's
-    shares sum to more than MAX_TOTAL_SHARE. Example: prefill and decode on GPU 0, total 0.9 -> 0.45 each.
+    shares sum to more than MAX_TOTAL_SHARE. Example: prefill and decode on GPU 0, total 0.92 -> 0.46 each.
     """
     placements = list(placements)
     fixed = fixed or {}

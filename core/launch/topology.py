@@ -14,6 +14,7 @@ from pathlib import Path
 
 from hybridserve import profiles as _profiles_pkg
 from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.layout.capacity import VLLM_GPU_MEMORY_UTILIZATION
 from hybridserve.core.model.dtypes import DType
 from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.nixl_delay import DEFAULT_PROGRESS_DELAY_US
@@ -83,7 +84,7 @@ class EngineOptions:
     is_plugin_fixes: bool = True  # NIXL progress delay + compute threads kept on assigned cores (CPU)
     nixl_progress_delay_us: int = DEFAULT_PROGRESS_DELAY_US
     seed: int = 0
-    gpu_memory_utilization: float = 0.9  # CUDA: the part of each GPU split among the roles on it (gpus.py)
+    gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION  # CUDA: the part of each GPU split among the roles on it (gpus.py)
     is_enforce_eager: bool | None = None  # --enforce-eager: no torch.compile, no graphs; None: on CPU only
     vllm_args: tuple[str, ...] = ()  # passed to every engine after launch's flags (--vllm-arg; passthrough.py)
     api_key_file: Path | None = None  # the engines' key (VLLM_API_KEY), which only the proxy holds (keys.py)

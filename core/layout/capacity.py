@@ -10,10 +10,14 @@ from hybridserve.core.layout.rank_layout import RankLayout
 from hybridserve.core.model.spec import LayerKind, ModelSpec
 
 
+# vLLM's --gpu-memory-utilization default: CacheConfig.gpu_memory_utilization, 0.92 in 0.26 and in 0.32
+VLLM_GPU_MEMORY_UTILIZATION = 0.92
+
+
 @dataclass(frozen=True, kw_only=True)
 class MemoryBudget:
     device_memory_bytes: int
-    gpu_memory_utilization: float = 0.9
+    gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION
     weights_bytes: int | None = None  # None: estimated from the config
     reserved_bytes: int = 0  # activations, CUDA graphs, NCCL buffers: vLLM profiles these at start-up
 
