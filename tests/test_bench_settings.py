@@ -71,7 +71,7 @@ def test_launch_flags_on_cpu_and_cuda():
     engine = _plan_engines(Device.CUDA)[1]
     cuda = from_launch(engine.argv, engine.env)
     assert cuda[Setting.MAX_NUM_SEQS].value == DEFAULT and cuda[Setting.EAGER].value == "off"
-    assert cuda[Setting.MEMORY].value == Memory(share=0.45, gpus=(0,))
+    assert cuda[Setting.MEMORY].value == Memory(share=0.46, gpus=(0,))
 
 
 def _target(role: str, *engines: dict[Setting, str | Memory], num_gpus: int | None = None) -> TargetSettings:

@@ -27,7 +27,7 @@ def test_count_gpus_asks_nvml_then_nvidia_smi(nvml, smi, expected):
     assert count_gpus(nvml=lambda: nvml, smi=lambda: smi) == expected
 
 
-@pytest.mark.parametrize("num_roles, each", [(1, 0.9), (2, 0.45), (3, 0.3), (4, 0.225)])
+@pytest.mark.parametrize("num_roles, each", [(1, 0.92), (2, 0.46), (3, 0.306), (4, 0.23)])
 def test_roles_on_one_gpu_split_it_and_stay_under_095(num_roles, each):
     shares = memory_shares([(f"r{i}", (0,)) for i in range(num_roles)])
     assert set(shares.values()) == {each}
@@ -41,7 +41,7 @@ def test_separate_gpus_keep_the_whole_share_and_tp_takes_the_smallest():
 
 def test_fixed_shares_are_kept_and_the_rest_split_what_is_left():
     shares = memory_shares([("prefill-0", (0,)), ("decode-0", (0,))], fixed={"prefill-0": 0.6})
-    assert shares == {"prefill-0": 0.6, "decode-0": 0.3}
+    assert shares == {"prefill-0": 0.6, "decode-0": 0.32}  # 0.92 - 0.6
 
 
 @pytest.mark.parametrize("placements, fixed, total, words", [
@@ -78,6 +78,6 @@ def test_local_cuda_topology_uses_gpu_ids_not_the_last_core(num_gpus, decode_gpu
     assert env["prefill-0"]["CUDA_VISIBLE_DEVICES"] == "0"
     assert env["decode-0"]["CUDA_VISIBLE_DEVICES"] == decode_gpu
     shares = [c.gpu_memory_utilization for c in plan.commands if c.gpus is not None]
-    assert shares == ([0.45, 0.45] if num_gpus == 1 else [0.9, 0.9])
+    assert shares == ([0.46, 0.46] if num_gpus == 1 else [0.92, 0.92])  # vLLM's 0.92, split on one GPU
     for c in plan.commands[:2]:
         assert c.argv[c.argv.index("--gpu-memory-utilization") + 1] == str(c.gpu_memory_utilization)

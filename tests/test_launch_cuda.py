@@ -94,9 +94,9 @@ def test_plan_gives_capacity_per_share(tmp_path):
         return json.loads(result.stdout)
 
     alone, shared = capacity(), capacity("--roles-per-gpu", "2")
-    assert (alone["capacity"]["gpu_memory_utilization"], shared["capacity"]["gpu_memory_utilization"]) == (0.9, 0.45)
+    assert (alone["capacity"]["gpu_memory_utilization"], shared["capacity"]["gpu_memory_utilization"]) == (0.92, 0.46)
     assert shared["requests"][0]["max_requests"] < alone["requests"][0]["max_requests"]
-    assert shared["capacity"]["kv_cache_bytes"] == int(141e9 * 0.45) - shared["capacity"]["weights_bytes"]
+    assert shared["capacity"]["kv_cache_bytes"] == int(141e9 * 0.46) - shared["capacity"]["weights_bytes"]
 
 
 def test_transfer_bench_vram_without_cuda_is_one_line_exit_2():
@@ -157,5 +157,5 @@ def test_cuda_argv_parses_with_vllm_032s_own_parser(tmp_path):
     for command in plan.commands[:2]:
         args = make_arg_parser(FlexibleArgumentParser()).parse_args(list(command.argv[3:]))
         engine = AsyncEngineArgs.from_cli_args(args)
-        assert engine.gpu_memory_utilization == command.gpu_memory_utilization == 0.45
+        assert engine.gpu_memory_utilization == command.gpu_memory_utilization == 0.46
         assert engine.enforce_eager and engine.kv_transfer_config.kv_buffer_device == "cuda"

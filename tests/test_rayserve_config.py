@@ -133,8 +133,8 @@ def test_cuda_roles_sharing_a_gpu_take_their_memory_share_of_it():
     for role in ("prefill", "decode"):
         config = args[f"{role}_config"]
         assert config["accelerator_config"] == {"kind": "gpu"}
-        assert config["placement_group_config"]["bundles"] == [{"GPU": 0.45, f"hybridserve_{role}": 1.0}]
-        assert config["engine_kwargs"]["gpu_memory_utilization"] == 0.45
+        assert config["placement_group_config"]["bundles"] == [{"GPU": 0.46, f"hybridserve_{role}": 1.0}]
+        assert config["engine_kwargs"]["gpu_memory_utilization"] == 0.46
         assert "CUDA_VISIBLE_DEVICES" not in config["runtime_env"]["env_vars"]  # Ray hands out the GPU
 
 
