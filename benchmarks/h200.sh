@@ -61,7 +61,8 @@ mkdir -p "$OUT"
 deadline=${DEADLINE:-$(( $(date +%s) + 560 ))}
 export DEADLINE=$deadline  # the stage's scripts end their own work before it (served_h200.py, served_pd.py)
 M60=/tmp/m60                           # the 60-layer model (Qwen3.5-397B's TP1 per-layer geometry, random weights)
-M60_FLAGS=(--model $M60 --device cuda --max-model-len 34816 --enforce-eager --gdn-prefill-backend triton)
+# served as users serve: CUDA graphs, vLLM's own GDN prefill choice, async scheduling; a context for the 32k prompts
+M60_FLAGS=(--model $M60 --device cuda --max-model-len 34816)
 
 say() { echo "[$(date -u +%T)] $*" | tee -a "$OUT/stage.log"; }
 # seconds left before the deadline, less $1; at least 1 (timeout 0 would never stop)
@@ -174,7 +175,7 @@ tuned_serving() {  # the shipped profile against vLLM's default and a control co
   run "$OUT/model.txt" 120 python3 scripts/make_gdn_bench_model.py /tmp/gdn-tp2 --tp 2
   run "$OUT/served_tuned_profile.out" "$(left 20)" python3 benchmarks/served_tuned_profile.py --model /tmp/gdn-tp2 \
     --profile profiles/tuned/h200.yaml --device cuda --tp 1 --ttft-prompts 30 --greedy-tokens 16 \
-    --extra-arg=--enforce-eager --control --gpu-share 0.28 --run-dir /tmp/hs-ts \
+    --control --gpu-share 0.28 --run-dir /tmp/hs-ts \
     --out "$OUT/served_tuned_profile.json" "$@"
   keep_logs /tmp/hs-ts
 }
@@ -295,7 +296,7 @@ chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SI
       --format=csv,noheader,nounits -l 2
     [ -n "$DRY" ] || echo $started >> $state/smi.pid
     start $state/chaos.out setsid -w python3 benchmarks/chaos.py --device cuda --model $M60 \
-      --engine '{"max_model_len": 34816, "enforce_eager": true, "gdn_prefill_backend": "triton"}' \
+      --engine '{"max_model_len": 34816}' \
       --kills decode-0,decode-1@8 prefill-0 proxy --start-timeout 300 --out $state/chaos.json --keep-logs $state/logs "$@"
     [ -n "$DRY" ] && return 0
     echo $started > $state/pid
@@ -314,8 +315,8 @@ chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SI
 
 lease_burst() {  # prefill and decode on GPU 0, a 5 s KV lease, decode 8 sequences at a time: 64 requests of 8k
   # tokens at once, 128 out, so the last ones wait in decode's queue well past the lease. Served as users serve: no
-  # --enforce-eager (CUDA graphs), vLLM's own GDN prefill backend, async scheduling; --max-num-seqs and
-  # --max-model-len given (launch still writes its CPU-sized defaults on CUDA). One cold start (~280 s) and the
+  # --enforce-eager (CUDA graphs), vLLM's own GDN prefill backend, async scheduling; --max-num-seqs 8 is the
+  # probe's design (a queue that outlasts the lease), --max-model-len the prompts' need. One cold start (~280 s) and the
   # reference answers (prefill's own, 16 prompts twice, 8 at a time) before the burst.
   setup vllm
   model_60_layers

@@ -42,8 +42,7 @@ def profile(smoke: bool) -> dict:
                 "idle": [256, 1024, 1800], "idle_requests": 2, "output_len": 8,
                 "load": ["--input-len", "100:900", "--num-requests", "8", "--concurrency", "4", "--probes", "1",
                          "--probe-after", "2", "--probe-len", "1800", "--probe-output-len", "4"]}
-    return {"launch": ["--device", "cuda", "--model", str(M60), "--max-model-len", "34816", "--enforce-eager",
-                       "--gdn-prefill-backend", "triton"], "model": str(M60), "pd_share": ("0.6", "0.3"),
+    return {"launch": ["--device", "cuda", "--model", str(M60), "--max-model-len", "34816"], "model": str(M60), "pd_share": ("0.6", "0.3"),
             "idle": [1024, 8192, 32768], "idle_requests": 5, "output_len": 32,
             "load": ["--input-len", "500:12000", "--num-requests", "48", "--concurrency", "16", "--probes", "3",
                      "--probe-after", "16", "--probe-len", "32768", "--probe-output-len", "16"]}
@@ -98,7 +97,8 @@ def plan_by_history(prof: dict, sent: list[tuple[str, list[tuple[int, int]]]]) -
     from hybridserve.core.launch.topology import Device, EngineOptions
     from hybridserve.core.layout.served import runs_of_requests
 
-    flags = dict(zip(prof["launch"][::2], prof["launch"][1::2]))
+    launch = [a for a in prof["launch"] if a != "--enforce-eager"]  # the one flag without a value
+    flags = dict(zip(launch[::2], launch[1::2]))
     engine = EngineOptions(max_model_len=int(flags["--max-model-len"]),
                            gdn_prefill_backend=flags.get("--gdn-prefill-backend"),
                            is_enforce_eager="--enforce-eager" in prof["launch"])

@@ -185,7 +185,9 @@ def test_the_h200_first_token_runs_history_predicts_what_decode_posted(m60):
     served_pd = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(served_pd)
     prof = dict(served_pd.profile(False), model=str(m60))
-    prof["launch"] = [str(m60) if a == str(served_pd.M60) else a for a in prof["launch"]]
+    # the flags of that run (eager, Triton's GDN prefill: benchmarks/HISTORY.md), not today's profile
+    prof["launch"] = ["--device", "cuda", "--model", str(m60), "--max-model-len", "34816", "--enforce-eager",
+                      "--gdn-prefill-backend", "triton"]
     sent = [("warm", [(257, 31)] * 2), ("warm_decode_first", [(256, 32)])]
     for length in (1024, 8192, 32768):
         sent += [(f"idle_{length}", [(length + 1, 31)] * 5), (f"idle_{length}_decode_first", [(length, 32)] * 5)]
