@@ -317,13 +317,19 @@ lease_burst() {  # prefill and decode on GPU 0, a 5 s KV lease, decode 8 sequenc
   # tokens at once, 128 out, so the last ones wait in decode's queue well past the lease. Served as users serve: no
   # --enforce-eager (CUDA graphs), vLLM's own GDN prefill backend, async scheduling; --max-num-seqs 8 is the
   # probe's design (a queue that outlasts the lease), --max-model-len the prompts' need. One cold start (~280 s) and the
-  # reference answers (prefill's own, 16 prompts twice, 8 at a time) before the burst.
+  # reference answers (prefill's own, 16 prompts twice, 8 at a time) before the burst. After served-start (its
+  # pd-lease deployment, the same settings, still serving) it attaches to that one instead: no start of its own.
   setup vllm
-  model_60_layers
+  local state=${HS_SERVED_STATE:-/tmp/hs-served} attach=()
+  if [ -z "$DRY" ] && grep -q '"endpoints"' "$state/launch-pd-lease.json" 2> /dev/null; then
+    attach=(--attach "$state"); say "lease-burst: attached to served-start's pd-lease"
+  else
+    model_60_layers
+  fi
   run "$OUT/lease_burst.out" "$(left 10)" python3 benchmarks/lease_burst.py --device cuda --model $M60 \
     --lease-s 5 --max-num-seqs 8 --max-model-len 16384 --requests 64 --num-prompts 16 --prompt-len 8192 \
     --max-tokens 128 --stall-probes 2 --start-timeout "$(left 200)" --timeout 200 --base-port 8000 \
-    --out "$OUT/lease_burst.json" --keep-logs "$OUT/logs" "$@"
+    --out "$OUT/lease_burst.json" --keep-logs "$OUT/logs" "${attach[@]}" "$@"
   [ -n "$DRY" ] || tail -30 "$OUT/lease_burst.out"
   pack
 }

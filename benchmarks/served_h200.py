@@ -19,6 +19,8 @@ single server gets what P and D hold together):
   the one variable of the P/D idle cost, measured on the same prefill.
 - single, single-b: one plain server each; single-b is the A/A control of every ratio against single.
 - single-sync: one plain server with `--no-async-scheduling`: async on against off.
+- pd-lease: issue 39's burst deployment (a 5 s KV lease, 8 sequences on decode, a 16,384-token context; ports +400,
+  its timeline in its own file); nothing here measures it: `lease_burst.py --attach` does (h200.sh lease-burst).
 pd and pd-ipc-cache write the plugin's per-request timeline (core/vllm_plugin/timeline.py): where decode's time
 goes between the proxy's hop and the first token.
 """
@@ -48,6 +50,9 @@ TIMELINE = STATE / "timeline.jsonl"
 # name -> the proxy that fronts it, besides launch's own (port, prefill port, decode port, first token)
 SIDE_PROXIES = {"pd-decode-first": (8001, 8100, 8200, "decode"), "pd-ipc-cache": (8002, 8100, 8300, "prefill")}
 LEASE_S = int(os.environ.get("HS_SERVED_LEASE_S", "5"))  # pd-lease's KV lease: issue 39's burst outlasts it
+# pd-lease's engine besides the lease: decode's queue must outlast it (8 at a time), prompts of 8k (lease_burst.py)
+LEASE_ENGINE = {"cuda": {"max_num_seqs": 8, "max_model_len": 16384}, "cpu": {"max_num_seqs": 1}}
+LEASE_TIMELINE = STATE / "timeline-lease.jsonl"
 DECODE_OF = {"pd": 0, "pd-ipc-cache": 1}  # the targets that read from pd's prefill, and which decode serves them
 
 
@@ -59,7 +64,7 @@ def profile(smoke: bool) -> dict:
                 "load": ["--input-len", "100:900", "--output-len", "1:16", "--num-requests", "6", "--concurrency",
                          "3", "--probes", "1", "--probe-after", "2", "--probe-len", "1500", "--probe-output-len",
                          "4"]}
-    names = os.environ.get("HS_SERVED_DEPLOYMENTS", "pd,pd-ipc-cache,single,single-b,single-sync")
+    names = os.environ.get("HS_SERVED_DEPLOYMENTS", "pd,pd-ipc-cache,single,single-b,single-sync,pd-lease")
     # equal memory: P and D 6 GiB of KV each on 0.1 of the GPU, a single server 12 GiB on 0.2 (bench's likeness
     # check sums the shares of a GPU's roles)
     return {"device": "cuda", "model": M60, "kv": os.environ.get("HS_SERVED_KV", "6g"),
@@ -78,7 +83,7 @@ def port(n: int) -> int:
 def topology(prof: dict, with_ipc_cache_decode: bool = False, lease_s: int | None = None, shift: int = 0) -> dict:
     """pd's topology; with the second decode (cuda_ipc cache on) for `launch --role decode --index 1`; with a short
     KV lease (pd-lease, issue 39's burst), every port moved by `shift`."""
-    engine: dict = {} if lease_s is None else {"kv_lease_s": lease_s}
+    engine: dict = {} if lease_s is None else {"kv_lease_s": lease_s, **LEASE_ENGINE[prof["device"]]}
     if prof["kv"]:
         engine["vllm_args"] = ["--kv-cache-memory-bytes", prof["kv"]]
     # CUDA: every engine on GPU 0 with its own share; CPU: prefill on core 0, the decodes on core 1
@@ -132,6 +137,9 @@ def start(args: argparse.Namespace, prof: dict) -> dict:
             switch = STATE / f"fault-{name}"
             switch.write_text("")  # both decodes get a switch (the same patches); only pd's is ever armed
             env.update(HYBRIDSERVE_FAULT_FILE=str(switch), HYBRIDSERVE_TIMELINE_FILE=str(TIMELINE))
+        if name == "pd-lease":
+            LEASE_TIMELINE.unlink(missing_ok=True)
+            env.update(HYBRIDSERVE_TIMELINE_FILE=str(LEASE_TIMELINE))
         log = STATE / f"launch-{name}.json"
         proc = subprocess.Popen(launch_argv(name, prof), stdout=open(log, "w"), stderr=open(f"{log}.err", "w"),
                                 env=env, start_new_session=True)  # outlives this call: the next stages use it

@@ -222,3 +222,16 @@ def test_a_burst_is_counted_from_the_timeline_the_logs_and_the_judged_answers(tm
     assert result.lease_needed_s["max"] == 7.5 and result.num_over_lease == 1  # b's READ 7.5 s after its token
     assert (result.refused, result.expired, result.late_reads) == (1, 2, 1)
     assert result.wrong_answers[0]["rid"] == b and result.proxy_lease == {}  # (no proxy there)
+
+
+def test_a_stall_probe_asks_as_the_load_asks_so_its_reference_is_compared_id_for_id():
+    """lease_burst judges its stall probes against the load's reference answers, which ask for tokens as ids: a
+    probe that asked for text was "diverged at token 0" against them (the CPU smoke of --attach, 2026-12-05)."""
+    from hybridserve.core.chaos.load import Load
+    from hybridserve.core.chaos.stall import Probe
+
+    load = Load("http://p", "m", [[5, 6, 7]], max_tokens=4, timeout_s=5)
+    probe = Probe(model="m", prompt=[5, 6, 7], max_tokens=4, is_token_ids=True)
+    reference_keys = {k for k in load.body(0) if k != "stream"}
+    assert reference_keys <= set(probe.body()) and probe.body()["return_tokens_as_token_ids"] is True
+    assert "return_tokens_as_token_ids" not in Probe(model="m", prompt="a").body()  # issue 39's text client

@@ -46,3 +46,16 @@ def references(url: str, bodies: list[dict], floor: Thresholds, *, timeout_s: fl
     thresholds = replace(floor, near_tie_tolerance=max(floor.near_tie_tolerance, noise.tolerance),
                          max_logprob_drift=max(floor.max_logprob_drift, noise.max_logprob_drift))
     return first, thresholds, noise
+
+
+def widen_by_other_engine(url: str, bodies: list[dict], answers: list[Completion], thresholds: Thresholds, *,
+                          timeout_s: float = 120.0, concurrency: int = 1) -> tuple[Thresholds, Noise]:
+    """The same prompts computed by another engine alone (decode, with plain requests: what it computes when it
+    refuses a READ), against the reference's answers; the limits widened to that noise too. Two passes on one engine
+    do not see what another engine's batches and graphs move, and a random-weight model (near-uniform logits, the
+    H200's 60 layers) flips a near-tie on less. On CPU decode's pass equalled prefill's (noise 0, 2026-12-05)."""
+    with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(max_workers=concurrency) as pool:
+        other = list(pool.map(lambda body: _ask(client, url, body), bodies))
+    noise = measure(url, answers, other)
+    return replace(thresholds, near_tie_tolerance=max(thresholds.near_tie_tolerance, noise.tolerance),
+                   max_logprob_drift=max(thresholds.max_logprob_drift, noise.max_logprob_drift)), noise

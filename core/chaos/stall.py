@@ -53,10 +53,13 @@ class Probe:
     # top-2 logprobs asked (judged under validate's near-tie rules); False: as issue 39's client asked, the text
     # judged exactly (a trained model's greedy answer; without the guard a READ of reused blocks then answers 200)
     is_logprobs: bool = True
+    # tokens as ids, as the chaos load asks (load.py): a reference asked that way is compared id for id
+    is_token_ids: bool = False
 
     def body(self, **more: object) -> dict:
         body = {"model": self.model, "prompt": self.prompt, "max_tokens": self.max_tokens, "temperature": 0.0,
-                "ignore_eos": True, **({"logprobs": 2} if self.is_logprobs else {})}
+                "ignore_eos": True, **({"logprobs": 2} if self.is_logprobs else {}),
+                **({"return_tokens_as_token_ids": True} if self.is_token_ids else {})}
         return {**body, **more}
 
 
