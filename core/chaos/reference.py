@@ -36,16 +36,24 @@ def _ask(client: httpx.Client, url: str, body: dict) -> Completion:
     return parse_completion(url, response.json())
 
 
+def _ask_all(url: str, bodies: list[dict], *, timeout_s: float, concurrency: int) -> list[Completion]:
+    with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(max_workers=concurrency) as pool:
+        return list(pool.map(lambda body: _ask(client, url, body), bodies))
+
+
+def _widened(thresholds: Thresholds, noise: Noise) -> Thresholds:
+    """The near-tie tolerance and the drift limit, never below what `noise` measured."""
+    return replace(thresholds, near_tie_tolerance=max(thresholds.near_tie_tolerance, noise.tolerance),
+                   max_logprob_drift=max(thresholds.max_logprob_drift, noise.max_logprob_drift))
+
+
 def references(url: str, bodies: list[dict], floor: Thresholds, *, timeout_s: float = 120.0,
                concurrency: int = 1) -> tuple[list[Completion], Thresholds, Noise]:
     """(the answers, in pool order; the thresholds to judge with; the noise of two passes), `concurrency` at once."""
-    with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(max_workers=concurrency) as pool:
-        first = list(pool.map(lambda body: _ask(client, url, body), bodies))
-        second = list(pool.map(lambda body: _ask(client, url, body), bodies[::-1]))[::-1]
+    first = _ask_all(url, bodies, timeout_s=timeout_s, concurrency=concurrency)
+    second = _ask_all(url, bodies[::-1], timeout_s=timeout_s, concurrency=concurrency)[::-1]
     noise = measure(url, first, second)
-    thresholds = replace(floor, near_tie_tolerance=max(floor.near_tie_tolerance, noise.tolerance),
-                         max_logprob_drift=max(floor.max_logprob_drift, noise.max_logprob_drift))
-    return first, thresholds, noise
+    return first, _widened(floor, noise), noise
 
 
 def widen_by_other_engine(url: str, bodies: list[dict], answers: list[Completion], thresholds: Thresholds, *,
@@ -54,8 +62,5 @@ def widen_by_other_engine(url: str, bodies: list[dict], answers: list[Completion
     refuses a READ), against the reference's answers; the limits widened to that noise too. Two passes on one engine
     do not see what another engine's batches and graphs move, and a random-weight model (near-uniform logits, the
     H200's 60 layers) flips a near-tie on less. On CPU decode's pass equalled prefill's (noise 0, 2026-12-05)."""
-    with httpx.Client(timeout=timeout_s) as client, ThreadPoolExecutor(max_workers=concurrency) as pool:
-        other = list(pool.map(lambda body: _ask(client, url, body), bodies))
-    noise = measure(url, answers, other)
-    return replace(thresholds, near_tie_tolerance=max(thresholds.near_tie_tolerance, noise.tolerance),
-                   max_logprob_drift=max(thresholds.max_logprob_drift, noise.max_logprob_drift)), noise
+    noise = measure(url, answers, _ask_all(url, bodies, timeout_s=timeout_s, concurrency=concurrency))
+    return _widened(thresholds, noise), noise
