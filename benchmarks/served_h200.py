@@ -1,5 +1,5 @@
 """The served record on the H200, served as users serve (issue 38): CUDA graphs, vLLM's own GDN prefill backend,
-async scheduling on, no sequence or context caps. One stage a device call, the servers living across the calls
+async scheduling on, no context cap, the sequence cap vLLM's memory allows. One stage a device call, the servers living across the calls
 (each launch in its own session; the machine keeps them while it stays warm). Feeds BENCHMARKS.md, "Served on the
 H200, as users serve".
 
@@ -11,7 +11,9 @@ H200, as users serve".
 
 Deployments (launch's defaults on CUDA but for what the name says), all on GPU 0, each engine with the same KV cache
 (`--kv-cache-memory-bytes`, so that vLLM sizes no KV cache from free memory and every engine can start at once; a
-single server gets what P and D hold together):
+single server gets what P and D hold together) and the same `--max-num-seqs`: the state blocks a P/D engine's cache
+holds, which launch writes for it by itself (vLLM's 1,024 would not start: 2026-12-05, "exceeds available Mamba cache
+blocks (93)"), passed to the single servers too:
 - pd: `launch --role all` (prefill + decode + the project's proxy, first token from prefill); its decode reads a
   fault switch file (HYBRIDSERVE_FAULT_FILE); a second proxy in front of it takes the first token from decode.
 - pd-ipc-cache: a second decode beside pd's, with UCX's cuda_ipc mapping cache on (launch turns it off on decode
@@ -119,7 +121,23 @@ def launch_argv(name: str, prof: dict) -> list[str]:
         argv += ["--vllm-arg=--kv-cache-memory-bytes", f"--vllm-arg={single_kv(prof['kv'])}"]
     if name == "single-sync":
         argv.append("--no-async-scheduling")
+    if prof["device"] == "cuda" and prof["kv"]:
+        argv += ["--max-num-seqs", str(pd_engine_seqs(prof))]
     return argv
+
+
+def pd_engine_seqs(prof: dict) -> int:
+    """The --max-num-seqs launch writes by itself for a P/D engine of `prof["kv"]` (vLLM's 1,024 exceeds the state
+    blocks it holds: seqs_fit.py); a single server, with twice the blocks, gets the same cap, like with like. The
+    measured load (32 at a time) is far under it."""
+    from hybridserve.core.launch.instance_cache import instance_cache
+    from hybridserve.core.launch.seqs_fit import parse_vllm_bytes
+    from hybridserve.core.launch.topology import Device, EngineInstance, EngineOptions
+    from hybridserve.core.model.profiles import load_model
+
+    layout = instance_cache(load_model(prof["model"]), Device.CUDA, EngineOptions(),
+                            EngineInstance(port=1, side_channel_port=2)).layout
+    return parse_vllm_bytes(prof["kv"]) // (layout.page_size_bytes * layout.num_tensors)
 
 
 def single_kv(kv: str) -> str:

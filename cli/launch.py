@@ -71,7 +71,7 @@ def command(
                                                           "on it (two roles on one GPU: 0.46 each).")] = VLLM_GPU_MEMORY_UTILIZATION,
     enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager", show_default=False,
                                                          help=limits_help.HELP_ENFORCE_EAGER)] = None,
-    gpu_memory: Annotated[Optional[str], typer.Option(help="CUDA: one GPU's memory for the context check, GiB "
+    gpu_memory: Annotated[Optional[str], typer.Option(help="CUDA: one GPU's memory for the context and state-block checks, GiB "
                                                       "or h100, h200, b200, gb200 (default: the driver's).")] = None,
     vllm_version: Annotated[Optional[str], typer.Option(help="Write the command line of this vLLM (0.26, 0.32); "
                                                         "default: the installed one.")] = None,
@@ -153,7 +153,7 @@ def command(
                             router=ProxyKind.parse(router) if router else None,
                             first_token=FirstTokenSource.parse(first_token) if first_token else None,
                             api_key_file=api_key_file, num_replicas=replicas,
-                            gpu_memory_bytes=_gpu_memory(gpu_memory))
+                            gpu_memory_bytes=_gpu_memory(gpu_memory), gpu_name=_gpu_name(gpu_memory))
     restart_policy = RestartPolicy.parse(restart)
     is_ray = _engine_is_ray(engine_kind)
     # Ray places the engines: this machine's ports and GPUs are not theirs (core/rayserve/run.py checks the rest)
@@ -182,6 +182,11 @@ def command(
 
 def _gpu_memory(text: str | None) -> int | None:
     return device_memory_bytes(text, what="--gpu-memory") if text else None
+
+
+def _gpu_name(text: str | None) -> str | None:
+    """--gpu-memory h200 names the GPU (vLLM's defaults differ for an A100); a number of GiB does not."""
+    return text if text and not text.replace(".", "", 1).isdigit() else None
 
 
 def _engine_is_ray(text: str) -> bool:

