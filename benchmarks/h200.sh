@@ -366,16 +366,20 @@ equal_resources() {  # SET [FLAGS]: one call of the sweep; the MPS daemon never 
 PHASE_LINES='Starting to load model|Loading weights took|Model loading took|Dynamo bytecode transform|Compiling a graph'\
 '|Directly load the compiled|torch.compile took|Memory profiling takes|Profiling CUDA graph memory|Available KV cache'\
 '|KV cache size|Compile and warming up|Warming up model|Capturing CUDA graphs|Graph capturing finished|init engine'\
-'|Starting vLLM server|Application startup complete|with config:|GDN prefill kernel|Auto-fit max_model_len'
+'|Starting vLLM server|Application startup complete|with config:|GDN prefill kernel|Auto-fit max_model_len'\
+'|Maximum concurrency|Mamba cache blocks|Error'
 
-cold_start() {  # launch as users serve, cold: the dry run, the time to healthy, every engine's start-up lines
+cold_start() {  # launch as users serve, cold: the dry run, the time to healthy, every engine's start-up lines;
+  # HS_COLD_ROLE=prefill starts only P/D's prefill (its share of a P/D launch, no wait for it before decode's start)
   setup vllm
   model_60_layers
+  local role=${HS_COLD_ROLE:-all} url=http://127.0.0.1:8000
+  [ "$role" = prefill ] && url=http://127.0.0.1:8100
   run "$OUT/cold_dry_run.json" 60 hybridserve launch --role all --device cuda --model $M60 --dry-run --json "$@"
-  start "$OUT/cold_launch.out" env VLLM_CACHE_ROOT=/tmp/hs-cold-cache-$$ hybridserve launch --role all --device cuda \
-    --model $M60 --run-dir /tmp/hs-cold --json "$@"
+  start "$OUT/cold_launch.out" env VLLM_CACHE_ROOT=/tmp/hs-cold-cache-$$ hybridserve launch --role "$role" \
+    --device cuda --model $M60 --run-dir /tmp/hs-cold --json "$@"
   local pid=$started
-  healthy http://127.0.0.1:8000 "$(left 30)"
+  healthy $url "$(left 30)"
   stop $pid
   [ -n "$DRY" ] && return 0
   local f
