@@ -111,15 +111,24 @@ pack() {
   tar czf /tmp/results.tgz -C "$OUT" . && rm -rf "${OUT:?}"/* && mv /tmp/results.tgz "$OUT/results.tgz"
 }
 
-# healthy URL SECONDS: wait for URL/health
+# healthy URL SECONDS [PID]: wait for URL/health; with PID (the launch behind it) stop waiting once it has exited
+# (2026-12-05: a launch that refused at once, nixl missing, held the call 227 s of a 7-minute budget)
 healthy() {
   if [ -n "$DRY" ]; then echo "wait: $1/health"; return 0; fi
   local t0; t0=$(date +%s)
   while [ $(( $(date +%s) - t0 )) -lt "$2" ]; do
     curl -sf "$1/health" > /dev/null && { say "$1 healthy after $(( $(date +%s) - t0 )) s"; return 0; }
+    if [ -n "${3:-}" ] && ! kill -0 "$3" 2> /dev/null; then
+      say "$1 not healthy: its launch (pid $3) exited after $(( $(date +%s) - t0 )) s"; return 1
+    fi
     sleep 2
   done
   say "$1 not healthy after $2 s"; return 1
+}
+
+# a stage that serves P/D needs nixl beside vLLM, which install_vllm adds only when its bundle was copied: say so at once
+need_nixl() {
+  [ -n "$DRY" ] || [ -f /tmp/nixlsite/.hs_ok ] || { say "no nixl here: copy-bundle nixl .gpu/nx first (P/D needs it)"; exit 3; }
 }
 
 # the 60-layer model, once a machine
@@ -201,7 +210,7 @@ prepare() {  # the installs and the 60-layer model, ahead of serve or validate (
 }
 
 serve() {  # the 60-layer model: P/D against one server, idle 1k/8k/32k and under load
-  setup vllm
+  setup vllm; need_nixl
   model_60_layers
   run "$OUT/served_pd.out" "$(left 10)" python3 benchmarks/served_pd.py "$@"
   [ -n "$DRY" ] || tail -40 "$OUT/served_pd.out"
@@ -209,13 +218,13 @@ serve() {  # the 60-layer model: P/D against one server, idle 1k/8k/32k and unde
 }
 
 validate() {  # the 60-layer model: P/D (0.3 of the GPU each role) judged against one server (0.3) by URL
-  setup vllm
+  setup vllm; need_nixl
   model_60_layers
   start "$OUT/launch_pd.out" hybridserve launch --role all "${M60_FLAGS[@]}" --gpu-memory-utilization 0.6 \
     --base-port 8000 --run-dir /tmp/hs-val --timeout "$(left 200)"
   local pd=$started
   # one start after the other: vLLM sizes its KV cache from the memory free while it profiles
-  healthy http://127.0.0.1:8000 "$(left 200)" || { stop $pd; keep_logs /tmp/hs-val; exit 1; }
+  healthy http://127.0.0.1:8000 "$(left 200)" $pd || { stop $pd; keep_logs /tmp/hs-val; exit 1; }
   start "$OUT/launch_single.out" hybridserve launch --role single "${M60_FLAGS[@]}" --gpu-memory-utilization 0.3 \
     --base-port 9000 --run-dir /tmp/hs-val --timeout "$(left 120)"
   local single=$started
@@ -223,7 +232,7 @@ validate() {  # the 60-layer model: P/D (0.3 of the GPU each role) judged agains
   start "$OUT/proxy_decode_first.out" python3 -m hybridserve.core.proxy --port 8001 --first-token decode \
     --prefill http://127.0.0.1:8100 --decode http://127.0.0.1:8200
   local classic=$started
-  if healthy http://127.0.0.1:9200 "$(left 120)"; then
+  if healthy http://127.0.0.1:9200 "$(left 120)" $single; then
     local way
     for way in prefill:8000 decode:8001; do
       run "$OUT/validate_60_layers_first_${way%:*}.json" "$(left 20)" hybridserve validate \
@@ -239,7 +248,7 @@ validate() {  # the 60-layer model: P/D (0.3 of the GPU each role) judged agains
 }
 
 fallback_warning() {  # launch's warning, live: a healthy start, then get_zcopy switched off in the topology
-  setup vllm
+  setup vllm; need_nixl
   [ -n "$DRY" ] || cat > /tmp/fallback.yaml <<YAML
 model: $here/profiles/tiny-qwen3.5-recall
 device: cuda
@@ -258,7 +267,7 @@ YAML
     fi
     start "$OUT/$name.out" hybridserve launch --role all --run-dir "/tmp/hs-$name" "${args[@]}"
     pid=$started
-    if healthy http://127.0.0.1:8000 "$(left 30)" && [ -z "$DRY" ]; then
+    if healthy http://127.0.0.1:8000 "$(left 30)" $pid && [ -z "$DRY" ]; then
       for _ in 1 2 3; do curl -s localhost:8000/v1/completions -H 'content-type: application/json' -d "$body"; echo; done \
         >> "$OUT/$name.out"
       sleep 8  # launch's transport watch looks every 5 s
@@ -270,7 +279,7 @@ YAML
 }
 
 served_step() {  # STEP: the deployments started once, all at once, then bench, validate's faults, stop
-  setup vllm
+  setup vllm; need_nixl
   [ "$1" = start ] && model_60_layers
   run "$OUT/served_$1.out" "$(left 5)" python3 benchmarks/served_h200.py "$1" --out "$OUT"
   [ -n "$DRY" ] || tail -c 4000 "$OUT/served_$1.out"
@@ -284,7 +293,7 @@ chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SI
   # prefill, the proxy. Three cold 60-layer starts and four restarts outlast one call, so the bench runs in its own
   # session (it outlives the call) and each `chaos` call waits for it until the call's deadline: call the stage
   # again, back to back, until it prints "chaos done" (the results come with that call)
-  setup vllm
+  setup vllm; need_nixl
   model_60_layers
   local state=/tmp/hs-chaos
   if [ -n "$DRY" ] || [ ! -f $state/pid ]; then
@@ -319,7 +328,7 @@ lease_burst() {  # prefill and decode on GPU 0, a 5 s KV lease, decode 8 sequenc
   # probe's design (a queue that outlasts the lease), --max-model-len the prompts' need. One cold start (~280 s) and the
   # reference answers (prefill's own, 16 prompts twice, 8 at a time) before the burst. After served-start (its
   # pd-lease deployment, the same settings, still serving) it attaches to that one instead: no start of its own.
-  setup vllm
+  setup vllm; need_nixl
   local state=${HS_SERVED_STATE:-/tmp/hs-served} attach=()
   if [ -z "$DRY" ] && grep -q '"endpoints"' "$state/launch-pd-lease.json" 2> /dev/null; then
     attach=(--attach "$state"); say "lease-burst: attached to served-start's pd-lease"
@@ -347,7 +356,7 @@ dead_peer() {  # a READ initiator's hold on a SIGKILLed target's VRAM: cuda_ipc'
 }
 
 equal_resources() {  # SET [FLAGS]: one call of the sweep; the MPS daemon never outlives it
-  setup vllm
+  setup vllm; need_nixl
   model_60_layers
   local set=${1:-1p1d} had_mps=0
   shift 2> /dev/null
@@ -371,7 +380,7 @@ PHASE_LINES='Starting to load model|Loading weights took|Model loading took|Dyna
 
 cold_start() {  # launch as users serve, cold: the dry run, the time to healthy, every engine's start-up lines;
   # HS_COLD_ROLE=prefill starts only P/D's prefill (its share of a P/D launch, no wait for it before decode's start)
-  setup vllm
+  setup vllm; need_nixl
   model_60_layers
   local role=${HS_COLD_ROLE:-all} url=http://127.0.0.1:8000
   [ "$role" = prefill ] && url=http://127.0.0.1:8100
@@ -379,7 +388,7 @@ cold_start() {  # launch as users serve, cold: the dry run, the time to healthy,
   start "$OUT/cold_launch.out" env VLLM_CACHE_ROOT=/tmp/hs-cold-cache-$$ hybridserve launch --role "$role" \
     --device cuda --model $M60 --run-dir /tmp/hs-cold --json "$@"
   local pid=$started
-  healthy $url "$(left 30)"
+  healthy $url "$(left 30)" $pid || [ -n "$DRY" ] || tail -5 "$OUT/cold_launch.out"
   stop $pid
   [ -n "$DRY" ] && return 0
   local f
