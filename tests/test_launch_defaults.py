@@ -104,13 +104,14 @@ def test_a_topology_file_sets_the_limits(tmp_path):
 
 @pytest.mark.parametrize("profile, flag", [("qwen3.5-9b", None), ("qwen3.5-27b", "auto")])
 def test_context_is_auto_only_where_plan_says_it_may_not_fit(tmp_path, profile, flag):
-    """P and D share one H200 (0.46 each). 9B: 8.1 GiB a 262,144-token request of ~44 GiB of KV cache, left alone.
-    27B (54 GB of bf16 weights): 16.2 GiB of ~10.3 GiB, so vLLM is asked to fit it (`--max-model-len auto`)."""
+    """P and D share one H200 (0.46 each of the 139.8 GiB vLLM sees). 9B: 8.1 GiB a 262,144-token request of ~47.6 GiB
+    of KV cache, left alone. 27B (54 GB of bf16 weights): 16.2 GiB of ~14.2 GiB, so vLLM is asked to fit it
+    (`--max-model-len auto`)."""
     engines = _engines(["--device", "cuda", "--gpu-memory", "h200", "-m", str(_model_folder(tmp_path, profile))])
     for c in engines:
         assert _value(c["argv"], "--max-model-len") == flag
         reason = c["limits"]["max_model_len"]["reason"]
-        assert "262,144 tokens" in reason and "share 0.46 of 131 GiB" in reason
+        assert "262,144 tokens" in reason and "share 0.46 of 140 GiB" in reason
         assert ("plan's longest fit" in reason) is (flag == "auto")
 
 

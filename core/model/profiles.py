@@ -56,7 +56,8 @@ class HardwareProfile:
 def hardware_profiles() -> dict[str, HardwareProfile]:
     raw = yaml.safe_load((PROFILES_DIR / "hardware.yaml").read_text())
     return {
-        key: HardwareProfile(key=key, name=v["name"], memory_bytes=int(v["memory_gb"] * 10**9), source=v["source"])
+        key: HardwareProfile(key=key, name=v["name"], source=v["source"],
+                             memory_bytes=int(v["memory_gib"] * 2**30) if "memory_gib" in v else int(v["memory_gb"] * 10**9))
         for key, v in raw.items()
     }
 
