@@ -235,6 +235,10 @@ def measure_profile(args: argparse.Namespace, state: dict, mach: dict, urls: dic
     """Steps on one replica (its neighbours idle); the transfer on the 1P1D (or first P/D) configuration; the load
     factor of every configuration up (its proxy, closed loop)."""
     seqs, tokens, context = mach["limits"]
+    if mach["kv"]:  # launch caps each engine at the state blocks its KV cache holds (seqs_fit.py): the profile too
+        from hybridserve.core.launch.seqs_fit import fixed_kv_blocks
+
+        seqs = min(seqs, fixed_kv_blocks(mach["model"], mach["kv"]))
     path = args.state / f"profile-{args.set}.yaml"
     if mach["device"] == "cpu":
         grid = ["--prefill-lens", "64,256,512,1024,1536,1900", "--batches", "1,2,4,8", "--decode-lens", "128,1024",

@@ -130,14 +130,9 @@ def pd_engine_seqs(prof: dict) -> int:
     """The --max-num-seqs launch writes by itself for a P/D engine of `prof["kv"]` (vLLM's 1,024 exceeds the state
     blocks it holds: seqs_fit.py); a single server, with twice the blocks, gets the same cap, like with like. The
     measured load (32 at a time) is far under it."""
-    from hybridserve.core.launch.instance_cache import instance_cache
-    from hybridserve.core.launch.seqs_fit import parse_vllm_bytes
-    from hybridserve.core.launch.topology import Device, EngineInstance, EngineOptions
-    from hybridserve.core.model.profiles import load_model
+    from hybridserve.core.launch.seqs_fit import fixed_kv_blocks
 
-    layout = instance_cache(load_model(prof["model"]), Device.CUDA, EngineOptions(),
-                            EngineInstance(port=1, side_channel_port=2)).layout
-    return parse_vllm_bytes(prof["kv"]) // (layout.page_size_bytes * layout.num_tensors)
+    return fixed_kv_blocks(prof["model"], prof["kv"])
 
 
 def single_kv(kv: str) -> str:

@@ -101,3 +101,15 @@ def test_vllms_refusal_names_the_cap_that_fits(tmp_path):
                    "graph capture cannot proceed.\nRuntimeError: Engine core initialization failed. See root cause "
                    "above.\n")
     assert "(launch: --max-num-seqs 93 fits this engine's memory" in start_failure(log)
+
+
+def test_the_benchmarks_equal_cap_is_launchs_own(tmp_path):
+    """served_h200.py and equal_resources.py give every engine of a comparison the cap launch writes for a fixed KV
+    cache: the same count, from the same arithmetic."""
+    from hybridserve.core.launch.seqs_fit import fixed_kv_blocks
+
+    model = _folder(tmp_path, DATA / "m60-config.json")
+    assert (fixed_kv_blocks(str(model), "6g"), fixed_kv_blocks(str(model), "12g")) == (93, 186)
+    (written,) = {_seqs(c["argv"]) for c in _engines(["-m", str(model), "--gpu-memory", "h200", "--",
+                                                      "--kv-cache-memory-bytes", "5g"])}
+    assert written == str(fixed_kv_blocks(str(model), "5g"))

@@ -97,6 +97,18 @@ class SeqsFit:
                 "(one state block per decode sequence)")
 
 
+def fixed_kv_blocks(model: str, kv_cache_bytes: str) -> int:
+    """The blocks `--kv-cache-memory-bytes VALUE` holds in a CUDA engine of launch's cache defaults (TP 1): the cap
+    launch writes for it, for the benchmarks that give every engine of a comparison the same one."""
+    from hybridserve.core.launch.instance_cache import instance_cache
+    from hybridserve.core.launch.topology import Device, EngineInstance, EngineOptions
+    from hybridserve.core.model.profiles import load_model
+
+    layout = instance_cache(load_model(model), Device.CUDA, EngineOptions(),
+                            EngineInstance(port=1, side_channel_port=2)).layout
+    return parse_vllm_bytes(kv_cache_bytes) // (layout.page_size_bytes * layout.num_tensors)
+
+
 def seqs_fit(layout: RankLayout, *, engine_args: tuple[str, ...], memory_bytes: int | None, share: float | None,
              gpu_name: str | None) -> SeqsFit | None:
     """For a CUDA engine with full graphs; None for a model without GDN layers or where nothing is known."""
