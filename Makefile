@@ -42,7 +42,8 @@ demo: $(STAMP)
 
 # Two streams at once, both run to the end. Main: the tests that start vLLM servers (`slow and not nixl_agents`),
 # in one process by default: on two cores two deployments at once flaked, and with pytest-xdist 3.8
-# `SLOW_JOBS=2 --dist loadgroup` split the server group across workers (CI errors), so it is not the default.
+# `SLOW_JOBS=2 --dist loadgroup` split the server group across workers (CI errors), so it is not the default. Its 12
+# slowest tests are listed at its end: where the loop's time goes.
 # Beside it, at nice 10: the tests that start no server (on JOBS xdist workers), then the NIXL agent tests (no vLLM
 # server; their own ports). The servers wait on requests more than they compute (a serial run before bytecode used
 # 0.4 of the 2 cores), and the nice level keeps them first when both want a core. The side stream's output goes to
@@ -62,7 +63,7 @@ test: $(STAMP)
 	  $(foreach f,$(SLOW_FILES),--ignore=tests/$(f).py) tests; fast=$$?; \
 	  $(VENV)/bin/pytest -q -m "slow and nixl_agents" tests && exit $$fast' > runs/test-side.log 2>&1 & \
 	side_pid=$$!; \
-	$(VENV)/bin/pytest -q -m "slow and not nixl_agents" -n $(SLOW_JOBS) --dist loadgroup tests; main=$$?; \
+	$(VENV)/bin/pytest -q -m "slow and not nixl_agents" -n $(SLOW_JOBS) --dist loadgroup --durations=12 tests; main=$$?; \
 	wait $$side_pid; side=$$?; \
 	echo "== side stream (tests that start no server, then NIXL agent tests; runs/test-side.log):"; \
 	cat runs/test-side.log; \
