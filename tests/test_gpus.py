@@ -61,6 +61,17 @@ def test_roles_sharing_a_gpu_start_one_after_the_other():
     assert start_waves([("prefill-0", ()), ("decode-0", ())]) == [["prefill-0", "decode-0"]]  # CPU: together
 
 
+def test_engines_with_a_fixed_kv_cache_start_together_unless_a_profiling_one_shares_their_gpu():
+    both = frozenset({"prefill-0", "decode-0"})
+    assert start_waves([("prefill-0", (0,)), ("decode-0", (0,))], both) == [["prefill-0", "decode-0"]]
+    # decode-1 sizes its cache from free memory on GPU 0: GPU 0's engines start one by one again
+    assert start_waves([("prefill-0", (0,)), ("decode-0", (0,)), ("decode-1", (0,))], both) == [
+        ["prefill-0"], ["decode-0"], ["decode-1"]]
+    # GPU 1 all fixed, GPU 0 not: GPU 1's pair starts at once beside GPU 0's first
+    assert start_waves([("prefill-0", (1,)), ("decode-0", (1,)), ("single-0", (0,)), ("single-1", (0,))], both) == [
+        ["prefill-0", "decode-0", "single-0"], ["single-1"]]
+
+
 def test_a_gpu_the_host_lacks_is_refused_in_one_line():
     check_gpus_exist([("prefill-0", (0,)), ("decode-0", (0,))], 1)
     with pytest.raises(InputError) as err:

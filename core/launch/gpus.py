@@ -90,24 +90,35 @@ def memory_shares(placements: Iterable[tuple[str, tuple[int, ...]]], *, total: f
     return {name: share_of[name] for name, _ in placements}
 
 
-def start_waves(placements: Iterable[tuple[str, tuple[int, ...]]]) -> list[list[str]]:
+def start_waves(placements: Iterable[tuple[str, tuple[int, ...]]],
+                fixed_kv: frozenset[str] = frozenset()) -> list[list[str]]:
     """Start order: a role that shares a GPU with an earlier one waits for it to be healthy.
 
     vLLM sizes its KV cache from the change in free GPU memory while it profiles; a neighbour allocating or
     freeing on the same GPU at that moment makes the estimate wrong or trips vLLM's assert
     (`gpu_worker.determine_available_memory`: "Error in memory profiling"). Roles on separate GPUs start together.
+    `fixed_kv`: the engines given `--kv-cache-memory-bytes`, for which vLLM skips that profiling (the same function,
+    0.26 and 0.32: "skipped memory profiling"); where every engine on a GPU is one, they start together (a cold
+    60-layer P/D start on one H200 took two waves of ~150 s each).
     """
+    placements = list(placements)
+    sharers: dict[int, set[str]] = {}
+    for name, gpus in placements:
+        for gpu in gpus:
+            sharers.setdefault(gpu, set()).add(name)
+    profiling_gpus = {gpu for gpu, names in sharers.items() if not names <= fixed_kv}
     waves: list[list[str]] = []
     busy: list[set[int]] = []
     for name, gpus in placements:
+        waits_for = set(gpus) & profiling_gpus
         for wave, used in zip(waves, busy):
-            if not used & set(gpus):
+            if not used & waits_for:
                 wave.append(name)
-                used.update(gpus)
+                used.update(waits_for)
                 break
         else:
             waves.append([name])
-            busy.append(set(gpus))
+            busy.append(waits_for)
     return waves
 
 

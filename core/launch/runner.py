@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hybridserve.core.launch.gpus import start_waves
+from hybridserve.core.launch.seqs_fit import kv_cache_flag
 from hybridserve.core.launch.keys import write_new_key
 from hybridserve.core.launch.guard import Guard
 from hybridserve.core.launch.plan import LaunchPlan, RoleCommand
@@ -67,7 +68,8 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
 
     try:
         engines = {c.name: c for c in plan.commands if c.role.is_engine}
-        waves = start_waves([(c.name, c.gpus or ()) for c in engines.values()])  # GPU sharers one by one
+        fixed_kv = frozenset(name for name, c in engines.items() if kv_cache_flag(tuple(c.argv)) is not None)
+        waves = start_waves([(c.name, c.gpus or ()) for c in engines.values()], fixed_kv)  # GPU sharers one by one
         for name in (n for wave in waves[1:] for n in wave):
             if on_progress is not None:
                 on_progress(name, WAITING)
