@@ -71,8 +71,9 @@ def command(
                                                           "on it (two roles on one GPU: 0.46 each).")] = VLLM_GPU_MEMORY_UTILIZATION,
     enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager", show_default=False,
                                                          help=limits_help.HELP_ENFORCE_EAGER)] = None,
-    gpu_memory: Annotated[Optional[str], typer.Option(help="CUDA: one GPU's memory for the context and state-block checks, GiB "
-                                                      "or h100, h200, b200, gb200 (default: the driver's).")] = None,
+    gpu_memory: Annotated[Optional[str], typer.Option(help="CUDA: one GPU's memory for the context and state-block "
+                                                      "checks, GiB or h100, h200, b200, gb200 (default: the "
+                                                      "driver's).")] = None,
     vllm_version: Annotated[Optional[str], typer.Option(help="Write the command line of this vLLM (0.26, 0.32); "
                                                         "default: the installed one.")] = None,
     run_dir: Annotated[Path, typer.Option(help="Folder for run folders (logs, plan.json).")] = Path("runs"),
@@ -99,11 +100,13 @@ def command(
 ) -> None:
     """Start vLLM prefill/decode servers with NixlConnector and the P/D proxy, after a preflight.
 
-    On CUDA the engines run with vLLM's own defaults unless asked: its sequence limits, the model's context (auto
-    where plan says it may not fit a role's memory), torch.compile and CUDA graphs, its GDN prefill kernel. On CPU
+    On CUDA the engines run with vLLM's own defaults unless asked: its sequence limits (capped where the KV pool
+    holds fewer GDN state blocks than vLLM's default sequences: vLLM would refuse to capture its graphs), the
+    model's context (auto where plan says it may not fit a role's memory), torch.compile and CUDA graphs, its GDN prefill kernel. On CPU
     launch keeps the demo's small limits (2 cores, 1 GiB of KV cache per engine, the tiny model): a 2,048-token
     context, 8 sequences, eager (torch.compile's ~40 s warm-up buys nothing there). The dry run says which and
-    why, per engine. --timeout waits per start wave (roles sharing a GPU start one after another): a cold CUDA
+    why, per engine. --timeout waits per start wave (roles sharing a GPU start one after another, unless each has
+    --kv-cache-memory-bytes): a cold CUDA
     start compiles and captures CUDA graphs (a 60-layer P/D start took 279 s on the H200), hence 900 s there.
 
     --restart on-failure (the default) starts a role again when it exits, with any code (vLLM's server exits 0 once
