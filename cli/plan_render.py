@@ -7,6 +7,7 @@ from rich.table import Table
 from hybridserve.cli.console import out_console
 from hybridserve.core.layout.rank_layout import RankLayout
 from hybridserve.core.layout.plan import Plan
+from hybridserve.core.launch.seqs_fit import vllm_default_max_num_seqs
 
 
 def format_bytes(n: int | None) -> str:
@@ -38,6 +39,16 @@ def layout_rows(layout: RankLayout) -> list[tuple[str, str]]:
     ]
 
 
+def state_block_note(plan: Plan) -> str | None:
+    """A hybrid model's sequence ceiling on CUDA (core/launch/seqs_fit.py): vLLM captures no graphs past it."""
+    if plan.capacity is None or plan.request.budget is None or plan.prefill.gdn is None:
+        return None
+    default = vllm_default_max_num_seqs(plan.request.budget.device_memory_bytes, None)
+    blocks = plan.capacity.num_blocks
+    verdict = "fits" if default <= blocks else "exceeds them: launch caps --max-num-seqs"
+    return f"at most {blocks:,} (vLLM's default {default:,} {verdict})"
+
+
 def render_plan(plan: Plan) -> None:
     model = plan.request.layout.model
     table = Table(title=f"{model.name}: layout per rank ({plan.request.layout.backend.value})")
@@ -54,6 +65,9 @@ def render_plan(plan: Plan) -> None:
         table.add_row("weights per rank (est.)", format_bytes(cap.weights_bytes))
         table.add_row("KV cache per rank", format_bytes(cap.kv_cache_bytes))
         table.add_row("blocks", f"{cap.num_blocks:,}")
+        seqs = state_block_note(plan)
+        if seqs:
+            table.add_row("sequences (one GDN state block each)", seqs)
     out_console.print(table)
     out_console.print(_request_table(plan))
 

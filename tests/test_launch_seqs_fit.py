@@ -113,3 +113,16 @@ def test_the_benchmarks_equal_cap_is_launchs_own(tmp_path):
     (written,) = {_seqs(c["argv"]) for c in _engines(["-m", str(model), "--gpu-memory", "h200", "--",
                                                       "--kv-cache-memory-bytes", "5g"])}
     assert written == str(fixed_kv_blocks(str(model), "5g"))
+
+
+def test_plan_shows_the_sequence_ceiling_of_a_hybrid_model_and_whether_vllms_default_fits(tmp_path):
+    model = str(_folder(tmp_path, DATA / "m60-config.json"))
+    shared = runner.invoke(app, ["plan", "-m", model, "--memory", "h200", "--roles-per-gpu", "2",
+                                 "--mamba-ssm-cache-dtype", "float32", "--prompt-len", "1024"], env={"COLUMNS": "200"})
+    assert shared.exit_code == 0, shared.output
+    assert "at most 1,011 (vLLM's default 1,024 exceeds them" in shared.output  # launch's own count (above)
+    roomy = runner.invoke(app, ["plan", "-m", "qwen3.5-9b", "--memory", "h200", "--prompt-len", "1024"],
+                          env={"COLUMNS": "200"})
+    assert "(vLLM's default 1,024 fits)" in roomy.output
+    attention_only = runner.invoke(app, ["plan", "-m", "gemma-3-4b-it", "--memory", "h200"], env={"COLUMNS": "200"})
+    assert attention_only.exit_code == 0 and "GDN state block" not in attention_only.output

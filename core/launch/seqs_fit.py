@@ -112,7 +112,7 @@ def fixed_kv_blocks(model: str, kv_cache_bytes: str) -> int:
 def seqs_fit(layout: RankLayout, *, engine_args: tuple[str, ...], memory_bytes: int | None, share: float | None,
              gpu_name: str | None) -> SeqsFit | None:
     """For a CUDA engine with full graphs; None for a model without GDN layers or where nothing is known."""
-    if all(g.kind.is_attention for g in layout.groups.groups) or memory_bytes is None:
+    if layout.gdn is None or memory_bytes is None:
         return None
     default = vllm_default_max_num_seqs(memory_bytes, gpu_name)
     per_block = layout.page_size_bytes * layout.num_tensors
