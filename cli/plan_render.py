@@ -45,6 +45,8 @@ def state_block_note(plan: Plan) -> str | None:
         return None
     default = vllm_default_max_num_seqs(plan.request.budget.device_memory_bytes, None)
     blocks = plan.capacity.num_blocks
+    if blocks < 1:
+        return "none: the weights leave no KV cache at this share"
     verdict = "fits" if default <= blocks else "exceeds them: launch caps --max-num-seqs"
     return f"at most {blocks:,} (vLLM's default {default:,} {verdict})"
 

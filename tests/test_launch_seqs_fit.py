@@ -124,5 +124,8 @@ def test_plan_shows_the_sequence_ceiling_of_a_hybrid_model_and_whether_vllms_def
     roomy = runner.invoke(app, ["plan", "-m", "qwen3.5-9b", "--memory", "h200", "--prompt-len", "1024"],
                           env={"COLUMNS": "200"})
     assert "(vLLM's default 1,024 fits)" in roomy.output
+    too_big = runner.invoke(app, ["plan", "-m", "qwen3.5-397b-a17b", "--memory", "h200", "--prompt-len", "1024"],
+                            env={"COLUMNS": "200"})
+    assert "none: the weights leave no KV cache at this share" in too_big.output  # TP 1: no cap to speak of
     attention_only = runner.invoke(app, ["plan", "-m", "gemma-3-4b-it", "--memory", "h200"], env={"COLUMNS": "200"})
     assert attention_only.exit_code == 0 and "GDN state block" not in attention_only.output
