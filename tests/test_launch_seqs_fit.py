@@ -74,7 +74,9 @@ def test_what_is_asked_eager_or_an_unknown_gpu_changes_nothing(tmp_path):
         == {"40"}
     assert {_seqs(c["argv"]) for c in _engines(["-m", model, "--gpu-memory", "h200", "--enforce-eager", *kv])} \
         == {None}  # vLLM checks the blocks only when it captures full CUDA graphs
-    assert {_seqs(c["argv"]) for c in _engines(["-m", model, *kv])} == {None}  # no GPU known: vLLM's default unknown
+    unknown = _engines(["-m", model, *kv])  # no GPU known: vLLM's default unknown, and the dry run says so
+    assert {_seqs(c["argv"]) for c in unknown} == {None}
+    assert all("not checked against the GDN state blocks" in c["limits"]["max_num_seqs"]["reason"] for c in unknown)
 
 
 def test_an_attention_only_model_is_never_capped(tmp_path):

@@ -71,21 +71,31 @@ def kv_cache_flag(args: tuple[str, ...]) -> int | None:
 
 @dataclass(frozen=True, kw_only=True)
 class SeqsFit:
-    vllm_default: int  # vLLM's own max_num_seqs on this GPU
-    num_blocks: int  # the pool's blocks: exact from --kv-cache-memory-bytes, else plan's estimate
-    is_exact: bool
+    vllm_default: int | None  # vLLM's own max_num_seqs on this GPU; None: no GPU known (nothing checked)
+    num_blocks: int | None  # the pool's blocks: exact from --kv-cache-memory-bytes, else plan's estimate
+    is_exact: bool = False
+
+    @property
+    def is_checked(self) -> bool:
+        return self.vllm_default is not None and self.num_blocks is not None
 
     @property
     def usable_blocks(self) -> int:
-        return self.num_blocks if self.is_exact else int(STATE_HEADROOM * self.num_blocks)
+        blocks = self.num_blocks or 0
+        return blocks if self.is_exact else int(STATE_HEADROOM * blocks)
 
     @property
     def cap(self) -> int | None:
-        """What launch writes; None: vLLM's default fits, or no block fits at all (no flag: vLLM says why)."""
-        return None if self.vllm_default <= self.usable_blocks or self.usable_blocks < 1 else self.usable_blocks
+        """What launch writes; None: vLLM's default fits, no block fits at all (vLLM says why), or not checked."""
+        if not self.is_checked or self.vllm_default <= self.usable_blocks or self.usable_blocks < 1:
+            return None
+        return self.usable_blocks
 
     @property
     def reason(self) -> str:
+        if not self.is_checked:
+            return ("vLLM's default; not checked against the GDN state blocks, one per sequence (no GPU memory known "
+                    "here; --gpu-memory GiB|h200 checks it)")
         where = (f"the {self.num_blocks:,} state blocks its {KV_CACHE_FLAG} holds" if self.is_exact else
                  f"{STATE_HEADROOM:.0%} of the ~{self.num_blocks:,} state blocks plan estimates for its share (weights "
                  f"only; {KV_CACHE_FLAG} makes it exact)")
@@ -111,9 +121,11 @@ def fixed_kv_blocks(model: str, kv_cache_bytes: str) -> int:
 
 def seqs_fit(layout: RankLayout, *, engine_args: tuple[str, ...], memory_bytes: int | None, share: float | None,
              gpu_name: str | None) -> SeqsFit | None:
-    """For a CUDA engine with full graphs; None for a model without GDN layers or where nothing is known."""
-    if layout.gdn is None or memory_bytes is None:
+    """For a CUDA engine with full graphs; None for a model without GDN layers (or no share and no fixed cache)."""
+    if layout.gdn is None:
         return None
+    if memory_bytes is None:
+        return SeqsFit(vllm_default=None, num_blocks=None)
     default = vllm_default_max_num_seqs(memory_bytes, gpu_name)
     per_block = layout.page_size_bytes * layout.num_tensors
     kv_bytes = kv_cache_flag(engine_args)
