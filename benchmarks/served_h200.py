@@ -1,7 +1,7 @@
 """The served record on the H200, served as users serve (issue 38): CUDA graphs, vLLM's own GDN prefill backend,
-async scheduling on, no context cap, the sequence cap vLLM's memory allows. One stage a device call, the servers living across the calls
-(each launch in its own session; the machine keeps them while it stays warm). Feeds BENCHMARKS.md, "Served on the
-H200, as users serve".
+async scheduling on, no context cap, the sequence cap the state blocks allow. One stage a device call, the servers
+living across the calls (each launch in its own session; the machine keeps them while it stays warm). Feeds
+BENCHMARKS.md, "Served on the H200, as users serve".
 
     python3 benchmarks/served_h200.py start  --out $OUT   # every deployment at once, as launch starts them
     python3 benchmarks/served_h200.py faults --out $OUT   # compat check, then validate clean and each fault
@@ -130,9 +130,11 @@ def pd_engine_seqs(prof: dict) -> int:
     """The --max-num-seqs launch writes by itself for a P/D engine of `prof["kv"]` (vLLM's 1,024 exceeds the state
     blocks it holds: seqs_fit.py); a single server, with twice the blocks, gets the same cap, like with like. The
     measured load (32 at a time) is far under it."""
-    from hybridserve.core.launch.seqs_fit import fixed_kv_blocks
+    from hybridserve.core.launch.seqs_fit import fixed_kv_blocks, vllm_default_max_num_seqs
+    from hybridserve.core.model.profiles import hardware_profiles
 
-    return fixed_kv_blocks(prof["model"], prof["kv"])
+    h200 = hardware_profiles()["h200"]
+    return min(vllm_default_max_num_seqs(h200.memory_bytes, h200.name), fixed_kv_blocks(prof["model"], prof["kv"]))
 
 
 def single_kv(kv: str) -> str:
