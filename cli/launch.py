@@ -18,7 +18,7 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.layout.capacity import VLLM_GPU_MEMORY_UTILIZATION
 from hybridserve.core.model.dtypes import DType, parse_optional
-from hybridserve.core.model.profiles import device_memory_bytes
+from hybridserve.core.model.profiles import device_memory_bytes, hardware_profiles
 from hybridserve.core.launch.async_scheduling import HELP as ASYNC_HELP
 from hybridserve.core.launch import engine_limits as limits_help
 from hybridserve.core.launch.start_phase import TIMEOUT_HELP, default_start_timeout
@@ -189,7 +189,8 @@ def _gpu_memory(text: str | None) -> int | None:
 
 def _gpu_name(text: str | None) -> str | None:
     """--gpu-memory h200 names the GPU (vLLM's defaults differ for an A100); a number of GiB does not."""
-    return text if text and not text.replace(".", "", 1).isdigit() else None
+    profile = hardware_profiles().get(text.lower()) if text else None
+    return None if profile is None else profile.name
 
 
 def _engine_is_ray(text: str) -> bool:

@@ -7,7 +7,7 @@ from rich.table import Table
 from hybridserve.cli.console import out_console
 from hybridserve.core.layout.rank_layout import RankLayout
 from hybridserve.core.layout.plan import Plan
-from hybridserve.core.launch.seqs_fit import vllm_default_max_num_seqs
+from hybridserve.core.launch.seqs_fit import SeqsFit, vllm_default_max_num_seqs
 
 
 def format_bytes(n: int | None) -> str:
@@ -40,15 +40,16 @@ def layout_rows(layout: RankLayout) -> list[tuple[str, str]]:
 
 
 def state_block_note(plan: Plan) -> str | None:
-    """A hybrid model's sequence ceiling on CUDA (core/launch/seqs_fit.py): vLLM captures no graphs past it."""
+    """A hybrid model's sequence ceiling on CUDA: vLLM captures no graphs past it; launch's verdict (seqs_fit.py)."""
     if plan.capacity is None or plan.request.budget is None or plan.prefill.gdn is None:
         return None
-    default = vllm_default_max_num_seqs(plan.request.budget.device_memory_bytes, None)
     blocks = plan.capacity.num_blocks
     if blocks < 1:
         return "none: the weights leave no KV cache at this share"
-    verdict = "fits" if default <= blocks else "exceeds them: launch caps --max-num-seqs"
-    return f"at most {blocks:,} (vLLM's default {default:,} {verdict})"
+    fit = SeqsFit(vllm_default=vllm_default_max_num_seqs(plan.request.budget.device_memory_bytes, None),
+                  num_blocks=blocks)
+    verdict = "fits" if fit.cap is None else f"exceeds them: launch caps --max-num-seqs at {fit.cap:,}"
+    return f"at most {blocks:,} (vLLM's default {fit.vllm_default:,} {verdict})"
 
 
 def render_plan(plan: Plan) -> None:

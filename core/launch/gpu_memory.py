@@ -45,16 +45,21 @@ def _nvml_total(gpu: int) -> int | None:
     return int(memory.total) if ok else None
 
 
-def _smi_total(gpu: int) -> int | None:
+def _smi_query(gpu: int, field: str) -> str | None:
+    """`nvidia-smi -i GPU --query-gpu=FIELD --format=csv,noheader,nounits`'s output; None without a driver or on error."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:
-        done = subprocess.run(["nvidia-smi", "-i", str(gpu), "--query-gpu=memory.total",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=30,
-                              check=False)
+        done = subprocess.run(["nvidia-smi", "-i", str(gpu), f"--query-gpu={field}", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return parse_smi_total(done.stdout) if done.returncode == 0 else None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _smi_total(gpu: int) -> int | None:
+    text = _smi_query(gpu, "memory.total")
+    return None if text is None else parse_smi_total(text)
 
 
 def parse_smi_total(text: str) -> int | None:
@@ -67,12 +72,5 @@ def parse_smi_total(text: str) -> int | None:
 
 def gpu_name(gpu: int = 0) -> str | None:
     """GPU `gpu`'s name from `nvidia-smi` (e.g. 'NVIDIA H200'), or None off a GPU host."""
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        done = subprocess.run(["nvidia-smi", "-i", str(gpu), "--query-gpu=name", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    lines = done.stdout.strip().splitlines()
-    return lines[0].strip() if done.returncode == 0 and lines else None
+    lines = (_smi_query(gpu, "name") or "").strip().splitlines()
+    return lines[0].strip() if lines else None

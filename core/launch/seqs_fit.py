@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.layout.capacity import MemoryBudget, plan_capacity
+from hybridserve.core.layout.capacity import MemoryBudget, blocks_held, plan_capacity
 from hybridserve.core.layout.rank_layout import RankLayout
 
 GIB = 2**30
@@ -116,7 +116,7 @@ def fixed_kv_blocks(model: str, kv_cache_bytes: str) -> int:
 
     layout = instance_cache(load_model(model), Device.CUDA, EngineOptions(),
                             EngineInstance(port=1, side_channel_port=2)).layout
-    return parse_vllm_bytes(kv_cache_bytes) // (layout.page_size_bytes * layout.num_tensors)
+    return blocks_held(layout, parse_vllm_bytes(kv_cache_bytes))
 
 
 def seqs_fit(layout: RankLayout, *, engine_args: tuple[str, ...], memory_bytes: int | None, share: float | None,
@@ -127,10 +127,9 @@ def seqs_fit(layout: RankLayout, *, engine_args: tuple[str, ...], memory_bytes: 
     if memory_bytes is None:
         return SeqsFit(vllm_default=None, num_blocks=None)
     default = vllm_default_max_num_seqs(memory_bytes, gpu_name)
-    per_block = layout.page_size_bytes * layout.num_tensors
     kv_bytes = kv_cache_flag(engine_args)
     if kv_bytes is not None:
-        return SeqsFit(vllm_default=default, num_blocks=kv_bytes // per_block, is_exact=True)
+        return SeqsFit(vllm_default=default, num_blocks=blocks_held(layout, kv_bytes), is_exact=True)
     if share is None:
         return None
     capacity = plan_capacity(layout, MemoryBudget(device_memory_bytes=memory_bytes, gpu_memory_utilization=share))

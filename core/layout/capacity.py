@@ -58,6 +58,12 @@ def estimate_weights_bytes(model: ModelSpec, tp: int) -> int:
     return (embed + layers) * model.dtype.num_bytes // tp
 
 
+def blocks_held(layout: RankLayout, kv_cache_bytes: int) -> int:
+    """Blocks a KV cache of `kv_cache_bytes` holds (vLLM `get_kv_cache_config`: each block id spans all T shared
+    tensors of one page each)."""
+    return max(0, kv_cache_bytes) // layout.page_size_bytes // layout.num_tensors
+
+
 def plan_capacity(layout: RankLayout, budget: MemoryBudget) -> Capacity:
     """num_blocks = available // page // T (vLLM: each block id spans all T shared tensors)."""
     if not 0 < budget.gpu_memory_utilization <= 1:
@@ -66,5 +72,4 @@ def plan_capacity(layout: RankLayout, budget: MemoryBudget) -> Capacity:
     if weights is None:
         weights = estimate_weights_bytes(layout.request.model, layout.request.tp)
     available = int(budget.device_memory_bytes * budget.gpu_memory_utilization) - weights - budget.reserved_bytes
-    num_blocks = max(0, available) // layout.page_size_bytes // layout.num_tensors
-    return Capacity(weights_bytes=weights, kv_cache_bytes=max(0, available), num_blocks=num_blocks)
+    return Capacity(weights_bytes=weights, kv_cache_bytes=max(0, available), num_blocks=blocks_held(layout, available))
