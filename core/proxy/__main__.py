@@ -4,6 +4,7 @@ for aggregated serving: what launch starts."""
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from hybridserve.core.common.errors import InputError
@@ -53,11 +54,17 @@ def main(argv: list[str] | None = None) -> None:
 
     from hybridserve.core.common import keepalive
     from hybridserve.core.proxy.app import create_app
+    from hybridserve.core.proxy.server import ProxyServer
 
     config, host, port = parse_args(argv)
+    app = create_app(config)
     # a client's request on an idle connection is read after a stall of the proxy's loop, not reset (keepalive.py)
-    uvicorn.run(create_app(config), host=host, port=port, log_level="info", access_log=False,
-                timeout_keep_alive=keepalive.server_idle_s(config.timeout_s))
+    server = ProxyServer(uvicorn.Config(app, host=host, port=port, log_level="info", access_log=False,
+                                        timeout_keep_alive=keepalive.server_idle_s(config.timeout_s)),
+                         app.state.stopping)
+    server.run()
+    if not server.started:
+        sys.exit(3)  # uvicorn.run's exit code when the server could not start (the port taken, say)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from hybridserve.core.proxy.auth import BearerGuard
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
+from hybridserve.core.proxy.stopping import Stopping
 from hybridserve.core.vllm_plugin import timeline
 
 
@@ -42,6 +43,7 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         decode_pool = EndpointPool("decode", config.decode_urls, config.policy)
         replica_pool, pools = None, {"prefill": prefill_pool, "decode": decode_pool}
     metrics = ProxyMetrics()
+    stopping = Stopping()  # set by server.py as the proxy begins to stop: the streams it relays end then
     model_lens: dict[str, int | None] = {}  # decode's max_model_len, asked once (first_token.fits)
     if timeline.path_from_env() is not None:  # HYBRIDSERVE_TIMELINE_FILE: the hop events of each request
         timeline.open_file(timeline.path_from_env())
@@ -65,6 +67,7 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
                     task.cancel()
 
     app = FastAPI(title="hybridserve P/D proxy", lifespan=lifespan)
+    app.state.stopping = stopping
     if config.api_key is not None:  # the front door: every path but /health and /metrics (auth.py)
         app.add_middleware(BearerGuard, key=config.api_key,
                            on_refused=lambda: metrics.requests.update(unauthorized=1))
@@ -80,7 +83,7 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         headers = {"X-Request-Id": request.headers.get("x-request-id") or uuid.uuid4().hex}
         client: httpx.AsyncClient = request.app.state.client
         rid = headers["X-Request-Id"]
-        route = failover.Route(rid, prefill_pool, decode_pool, metrics, replica=replica_pool)
+        route = failover.Route(rid, prefill_pool, decode_pool, metrics, replica=replica_pool, stopping=stopping)
         send = _sender(client, route, metrics, path, headers, is_stream=bool(body.get("stream")))
         if replica_pool is not None:
             return await _via_replica(route, send, body, metrics, rid)

@@ -38,6 +38,7 @@ from hybridserve.core.common import kv_lease
 from hybridserve.core.proxy.hops import HopError
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
+from hybridserve.core.proxy.stopping import Stopping
 from hybridserve.core.vllm_plugin import timeline
 
 Send = Callable[[str, str, dict], Awaitable[Any]]  # (role, url, body) -> answer; HopError before any byte went out
@@ -58,17 +59,22 @@ class Route:
     """One request's failures so far (servers it will not go back to) and what was done about them."""
 
     def __init__(self, rid: str, prefill: EndpointPool | None, decode: EndpointPool | None, metrics: ProxyMetrics,
-                 *, replica: EndpointPool | None = None) -> None:
-        """P/D's two pools, or (aggregated serving) the replicas' pool alone."""
+                 *, replica: EndpointPool | None = None, stopping: Stopping | None = None) -> None:
+        """P/D's two pools, or (aggregated serving) the replicas' pool alone; `stopping`: the proxy's (stopping.py)."""
         self.rid, self.metrics = rid, metrics
         pools = {"prefill": prefill, "decode": decode, "replica": replica}
         self.pools = {role: pool for role, pool in pools.items() if pool is not None}
         self.avoid: set[str] = set()
         self.errors: list[HopError] = []
         self.lease_margin_s = kv_lease.margin_from_env()
+        self.stopping = stopping or Stopping()
+        self.trying: tuple[str, str] | None = None  # (role, url) of the server picked last: the one in use
 
     def pick(self, role: str) -> str | None:
-        return self.pools[role].choose(self.avoid)
+        url = self.pools[role].choose(self.avoid)
+        if url is not None:
+            self.trying = (role, url)
+        return url
 
     def has_up(self, role: str) -> bool:
         pool = self.pools[role]
@@ -118,6 +124,13 @@ class Route:
         logger.warning("hybridserve proxy: request %s: prefill's KV lease ran out before the decode hop; decode "
                        "computes the prompt itself", self.rid)
         return False
+
+    def stopped(self) -> HopError:
+        """The proxy began to stop while this request's stream was opened or relayed: that failure, on the server
+        in use, naming the failures before it (decode's, when prefill serves the request alone)."""
+        role, url = self.trying or (next(iter(self.pools)), "-")
+        self.errors.append(HopError(role, url, 503, "the proxy is stopping"))
+        return self.give_up()
 
     def give_up(self) -> HopError:
         """The last failure, naming the ones before it; or, with none, that no server was up."""

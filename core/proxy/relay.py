@@ -9,6 +9,7 @@ import httpx
 
 from hybridserve.core.proxy import failover, first_token, hops, streaming
 from hybridserve.core.proxy.metrics import ProxyMetrics
+from hybridserve.core.proxy.stopping import ProxyStopping
 from hybridserve.core.vllm_plugin import timeline
 
 
@@ -59,7 +60,8 @@ async def relay(route: failover.Route, metrics: ProxyMetrics, rid: str, served: 
     rewritten to account for it. `served` None (token 1 fits: `first_token.fits`): token 1 goes out at once, then
     `step` finds a server (failover: the stream has not begun for the server's part); a failure there or later is an
     error event naming the role (vLLM's API server sends its response headers only with the first token: waiting
-    for them cost a whole decode step, 70-90 ms on the H200)."""
+    for them cost a whole decode step, 70-90 ms on the H200). So is the proxy stopping (stopping.py) while it waits
+    for the server."""
     failed = finished = stamped = False
     role = url = None
     try:
@@ -67,20 +69,21 @@ async def relay(route: failover.Route, metrics: ProxyMetrics, rid: str, served: 
             yield event
         if head:
             timeline.emit("first_token_out", rid)
-        role, url, response = served or await step()
+        role, url, response = served or await route.stopping.guard(step)
         relayed = streaming.relay(response, url, role)
         if first is not None:
             repair = None if first.is_text_whole else first_token.TextRepair(
                 first, detokenizer(client, route.servers_up(role, url), client_body))
             relayed = first_token.rewrite_stream(relayed, first, client_body, repair)
-        async for chunk in relayed:
+        async for chunk in route.stopping.chunks(relayed):
             if not stamped:
                 timeline.emit("hop2_first_byte", rid)
                 stamped = True
             failed = failed or chunk.startswith(b"data: {\"error\"")
             yield chunk
         finished = True
-    except hops.HopError as err:  # after token 1 (no server left), or TextRepair's /detokenize: the client learns it
+    except (hops.HopError, ProxyStopping) as exc:  # after token 1 (no server left), TextRepair's /detokenize, or
+        err = route.stopped() if isinstance(exc, ProxyStopping) else exc  # the proxy stopping: the client learns it
         failed = True
         role = role or err.role
         yield streaming.error_event(err.url, err.reason, status=err.status, role=err.role)
