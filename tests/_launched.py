@@ -55,24 +55,33 @@ class Launched:
                           engine_logs=(self.run_dir / "prefill-0.log", self.run_dir / "decode-0.log"))
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+def _free_ports(host: str, n: int) -> list[int]:
+    """n distinct free ports of `host`: every socket stays bound until all are picked (one at a time, the kernel
+    may hand the same port out twice, and launch refuses a topology that names a port twice)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind((host, 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def topology_yaml(fault_file: Path, model: Path = RECALL_MODEL_DIR, max_model_len: int = 4096,
                   proxy_timeout_s: int = 30, engine: dict | None = None, env: dict | None = None) -> str:
     """`engine`: more topology engine keys (kv_lease_s, max_num_seqs); `env`: more environment for both engines."""
     p, d = "127.0.0.2", "127.0.0.3"
+    (p_port, p_side), (d_port, d_side) = _free_ports(p, 2), _free_ports(d, 2)
+    proxy_port = _free_ports("127.0.0.1", 1)[0]
     keys = {"async_scheduling": True, "max_model_len": max_model_len, **(engine or {})}
     more = "".join(f", {k}: '{v}'" for k, v in (env or {}).items())
     return (f"model: {model}\ndevice: cpu\nengine: {json.dumps(keys)}\n"
-            f"prefill:\n  - {{host: {p}, port: {_free_port(p)}, side_channel_port: {_free_port(p)}, devices: [0], "
+            f"prefill:\n  - {{host: {p}, port: {p_port}, side_channel_port: {p_side}, devices: [0], "
             f"env: {{{more[2:]}}}}}\n"
-            f"decode:\n  - {{host: {d}, port: {_free_port(d)}, side_channel_port: {_free_port(d)}, "
+            f"decode:\n  - {{host: {d}, port: {d_port}, side_channel_port: {d_side}, "
             f"devices: [{max(0, (os.cpu_count() or 1) - 1)}], env: {{{FAULT_FILE_ENV}: '{fault_file}'{more}}}}}\n"
-            f"proxy: {{host: 127.0.0.1, port: {_free_port('127.0.0.1')}, timeout_s: {proxy_timeout_s}}}\n")
+            f"proxy: {{host: 127.0.0.1, port: {proxy_port}, timeout_s: {proxy_timeout_s}}}\n")
 
 
 def launch_all(tmp: Path, model: Path = RECALL_MODEL_DIR, max_model_len: int = 4096, proxy_timeout_s: int = 30,
