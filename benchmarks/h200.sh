@@ -38,8 +38,9 @@
 #                                                     # decode, every answer judged; FLAGS passed through
 #   bash benchmarks/h200.sh dead-peer [FLAGS]         # "A dead engine's GPU memory, held by its NIXL peer (H200)":
 #                                                     # benchmarks/nixl_dead_peer.py (nixl alone, no vLLM)
-#   bash benchmarks/h200.sh ipc-cache-cost [FLAGS]    # the same section: a READ's time by descriptor count, cuda_ipc
-#                                                     # cache on and off (benchmarks/nixl_ipc_cache_cost.py)
+#   bash benchmarks/h200.sh ipc-cache-cost [FLAGS]    # the same section: a READ's time by descriptor count and by
+#                                                     # the target's allocations, cuda_ipc cache on and off
+#                                                     # (benchmarks/nixl_ipc_cache_cost.py)
 #   bash benchmarks/h200.sh cold-start [FLAGS]        # launch with vLLM's defaults (issue 38, docs/served-defaults.md):
 #                                                     # its dry run on this GPU, a cold start of the 60-layer model
 #                                                     # (a fresh torch.compile cache) to healthy, and each engine's
@@ -323,7 +324,8 @@ chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SI
 }
 
 lease_burst() {  # prefill and decode on GPU 0, a 5 s KV lease, decode 8 sequences at a time: 64 requests of 8k
-  # tokens at once, 128 out, so the last ones wait in decode's queue well past the lease. Served as users serve: no
+  # tokens at once, 512 out, so the last ones wait in decode's queue well past the lease (2026-12-05, 128 out with
+  # CUDA graphs: decode's queue at most 2.83 s, every READ within 3.14 s of prefill's answer: the lease never ran out). Served as users serve: no
   # --enforce-eager (CUDA graphs), vLLM's own GDN prefill backend, async scheduling; --max-num-seqs 8 is the
   # probe's design (a queue that outlasts the lease), --max-model-len the prompts' need. One cold start (~280 s) and the
   # reference answers (prefill's own, 16 prompts twice, 8 at a time) before the burst. After served-start (its
@@ -337,15 +339,18 @@ lease_burst() {  # prefill and decode on GPU 0, a 5 s KV lease, decode 8 sequenc
   fi
   run "$OUT/lease_burst.out" "$(left 10)" python3 benchmarks/lease_burst.py --device cuda --model $M60 \
     --lease-s 5 --max-num-seqs 8 --max-model-len 16384 --requests 64 --num-prompts 16 --prompt-len 8192 \
-    --max-tokens 128 --stall-probes 2 --start-timeout "$(left 200)" --timeout 200 --base-port 8000 \
+    --max-tokens 512 --stall-probes 2 --start-timeout "$(left 200)" --timeout 200 --base-port 8000 \
     --out "$OUT/lease_burst.json" --keep-logs "$OUT/logs" "${attach[@]}" "$@"
   [ -n "$DRY" ] || tail -30 "$OUT/lease_burst.out"
   pack
 }
 
-ipc_cache_cost() {  # a READ's time by descriptor count with cuda_ipc's mapping cache on (UCX's default) and off
+ipc_cache_cost() {  # a READ's time by descriptor count with cuda_ipc's mapping cache on (UCX's default) and off,
+  # the target's memory in one region, in 15 allocations (vLLM's KV cache tensors of the 60-layer model) and in 15
+  # regions of one allocation; the served descriptor counts (195 at 1k, 420 at 32k)
   setup nixl
-  run "$OUT/ipc_cache_cost.json" "$(left 10)" python3 benchmarks/nixl_ipc_cache_cost.py --descriptors 1 280 4096 16384 "$@"
+  run "$OUT/ipc_cache_cost.json" "$(left 10)" python3 benchmarks/nixl_ipc_cache_cost.py --descriptors 1 195 420 4096 \
+    --layout separate carved one --regions 15 "$@"
   [ -n "$DRY" ] || cat "$OUT/ipc_cache_cost.json"
 }
 
