@@ -21,7 +21,7 @@ blocks (93)"), passed to the single servers too:
   the one variable of the P/D idle cost, measured on the same prefill.
 - single, single-b: one plain server each; single-b is the A/A control of every ratio against single.
 - single-sync: one plain server with `--no-async-scheduling`: async on against off.
-- pd-lease: issue 39's burst deployment (a 5 s KV lease, 8 sequences on decode, a 16,384-token context; ports +400,
+- pd-lease: issue 39's burst deployment (a 5 s KV lease, decode's queue made to outlast it: LEASE_ENGINE; ports +400,
   its timeline in its own file); nothing here measures it: `lease_burst.py --attach` does (h200.sh lease-burst).
 pd and pd-ipc-cache write the plugin's per-request timeline (core/vllm_plugin/timeline.py): where decode's time
 goes between the proxy's hop and the first token.
