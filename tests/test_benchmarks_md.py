@@ -260,3 +260,20 @@ def test_the_cli_parser_check_catches_a_typo() -> None:
         _parse_cli(["transfer", "bench", "-m", "qwen3.5-0.8b", "--memroy", "vram"])
     with pytest.raises(AssertionError):
         _parse_cli(["benchh", "--json"])
+
+
+def test_the_served_records_load_is_warmed_with_its_own_shapes_first():
+    """served_h200.py runs the load's prompts once on each engine, uncounted, before measuring it (2026-12-05's first
+    load on each engine had TTFT p90 4-5x the second's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("served_h200", ROOT / "benchmarks/served_h200.py")
+    served = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(served)
+    for smoke in (False, True):
+        load = served.profile(smoke)["load"]
+        warm = dict(zip(*[iter(served.warm_load(load))] * 2))
+        flags = dict(zip(load[::2], load[1::2]))
+        assert warm["--input-len"] == flags["--input-len"] and warm["--concurrency"] == flags["--concurrency"]
+        assert warm["--num-requests"] == flags["--concurrency"] and "--probes" not in warm
+        assert warm["--prompt-seed"] not in {str(100 + i) for i in range(8)}  # not the measured prompts
