@@ -108,9 +108,9 @@ def initiator(conn, env: dict, device: str, counts: list[int], repeats: int,  # 
                 post.append(t1 - t0)
                 times.append(t2 - t0)
         else:
-            base, moved = buf.data_ptr(), sum(n for _, n in spread(local_bases, count, read_bytes))
-            right = sum(int((buf[a - base:a - base + n] == 7).sum().item())
-                        for a, n in spread(local_bases, count, read_bytes)) / moved
+            base, read = buf.data_ptr(), spread(local_bases, count, read_bytes)
+            moved = sum(n for _, n in read)
+            right = sum(int((buf[a - base:a - base + n] == 7).sum().item()) for a, n in read) / moved
             median = statistics.median(times)
             out[count] = {"descriptors": posted, "regions": len(remote_bases),
                           "read_ms_median": round(1e3 * median, 3), "read_ms_min": round(1e3 * min(times), 3),

@@ -145,19 +145,19 @@ def from_launch(argv: list[str] | tuple[str, ...], env: dict[str, str]) -> dict[
         if name in argv:
             values[Setting.ASYNC] = state
     out = {s: Reading(value=v, source="launch flags") for s, v in values.items()}
-    memory = _launched_memory(flag("--gpu-memory-utilization"), flag("--kv-cache-memory-bytes"), env)
+    from hybridserve.core.launch.seqs_fit import kv_cache_flag  # launch's own reading of the flag (the last, = form)
+
+    memory = _launched_memory(flag("--gpu-memory-utilization"), kv_cache_flag(tuple(argv)), env)
     if memory is not None:
         out[Setting.MEMORY] = Reading(value=memory, source="launch flags")
     return out
 
 
-def _launched_memory(share: str | None, kv_bytes: str | None, env: dict[str, str]) -> Memory | None:
+def _launched_memory(share: str | None, kv_bytes: int | None, env: dict[str, str]) -> Memory | None:
     if env.get("VLLM_CPU_KVCACHE_SPACE"):  # vllm-cpu: GiB of KV cache, exactly (instance_cache.py)
         return Memory(kv_cache_bytes=int(float(env["VLLM_CPU_KVCACHE_SPACE"]) * 2**30))
     if kv_bytes is not None:  # vLLM sizes no KV cache from the share then (its --kv-cache-memory-bytes)
-        from hybridserve.core.launch.seqs_fit import parse_vllm_bytes
-
-        return Memory(kv_cache_bytes=parse_vllm_bytes(kv_bytes), gpus=engine_gpus(env))
+        return Memory(kv_cache_bytes=kv_bytes, gpus=engine_gpus(env))
     if share is None:
         return None
     return Memory(share=float(share), gpus=engine_gpus(env))
