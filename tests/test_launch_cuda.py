@@ -52,8 +52,20 @@ def test_dry_run_puts_both_roles_on_gpu_0_with_shares_and_cuda_ipc(tmp_path):
         is_decode = c["role"] == "decode"
         assert c["env"].get("UCX_CUDA_IPC_CACHE") == ("n" if is_decode else None)
         assert c["env"].get("HYBRIDSERVE_RELEASE_DEAD_PEERS") == ("1" if is_decode else None)
+        # and it holds its live prefills' KV allocations open, so that a READ opens none (peer_pin.py)
+        assert c["env"].get("HYBRIDSERVE_PIN_PEER_REGIONS") == ("1" if is_decode else None)
         assert "--enforce-eager" in c["argv"]
         assert json.loads(c["argv"][c["argv"].index("--kv-transfer-config") + 1])["kv_buffer_device"] == "cuda"
+
+
+def test_a_topology_env_turns_decodes_peer_pin_off(tmp_path):
+    path = _topology_file(tmp_path)
+    path.write_text(path.read_text().replace("side_channel_port: 18250,",
+                                             "side_channel_port: 18250, env: {HYBRIDSERVE_PIN_PEER_REGIONS: '0'},"))
+    result = runner.invoke(app, ["launch", "--topology", str(path), "--role", "decode", "--dry-run", "--json"])
+    assert result.exit_code == 0, result.output
+    decode = next(c for c in json.loads(result.stdout)["commands"] if c["role"] == "decode")
+    assert decode["env"]["HYBRIDSERVE_PIN_PEER_REGIONS"] == "0" and decode["env"]["UCX_CUDA_IPC_CACHE"] == "n"
 
 
 def test_dry_run_writes_the_026_command_line_when_asked(tmp_path):

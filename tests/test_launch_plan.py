@@ -75,7 +75,7 @@ def test_roles_get_distinct_cores_side_channels_and_ds_layout():
     assert prefill["PYTHONPATH"].endswith("vllm_plugin/startup")
     # decode gives back a dead prefill's NIXL state (peer_release.py); on CPU no cuda_ipc cache to switch off
     assert (prefill.get("HYBRIDSERVE_RELEASE_DEAD_PEERS"), decode["HYBRIDSERVE_RELEASE_DEAD_PEERS"]) == (None, "1")
-    assert "UCX_CUDA_IPC_CACHE" not in decode
+    assert "UCX_CUDA_IPC_CACHE" not in decode and "HYBRIDSERVE_PIN_PEER_REGIONS" not in decode  # DRAM: no cuda_ipc
     proxy = plan.command("proxy").argv
     assert proxy[proxy.index("--prefill") + 1] == "http://127.0.0.2:8110"
     assert proxy[proxy.index("--decode") + 1] == "http://127.0.0.3:8210"

@@ -3,7 +3,8 @@
 Pure: the GPU count and the vLLM version come in from the caller (request.py reads them from the machine).
 On CUDA every engine gets `--gpu-memory-utilization` (its share, gpus.memory_shares) and the UCX variables that
 keep same-host VRAM reads on cuda_ipc (core/common/ucx.py); a decode engine, which READs from prefill, also runs
-without cuda_ipc's mapping cache, so that a dead prefill's memory is not kept for the life of its decodes. On vLLM
+without cuda_ipc's mapping cache, so that a dead prefill's memory is not kept for the life of its decodes, and with
+the plugin's peer_pin (core/vllm_plugin/peer_pin.py), so that without the cache its READs still open nothing. On vLLM
 0.26 a text-only Qwen3.5 is served from its wrapped form (model_form.py) with `--language-model-only`.
 """
 
@@ -18,6 +19,7 @@ from hybridserve.core.launch.gpus import memory_shares
 from hybridserve.core.launch.mps import mps_env
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
 from hybridserve.core.launch.vllm_version import VllmFeatures, check_gdn_backend
+from hybridserve.core.vllm_plugin import settings as plugin_settings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,9 +59,17 @@ def placements(topology: Topology, engines: list[tuple[str, str, EngineInstance]
     mps = {name: mps_env(inst) for name, _, inst in engines}  # an SM share under MPS (mps.py)
     return {name: EnginePlacement(topology=served, gpus=gpus, gpu_memory_utilization=shares[name],
                                   extra_flags=model_flags + (_memory_flag(shares[name]),),
-                                  extra_env=tuple(sorted(ucx.cuda_ipc_env(is_reader=kinds[name] == "decode").items()))
-                                  + mps[name])
+                                  extra_env=_cuda_env(is_reader=kinds[name] == "decode") + mps[name])
             for name, gpus in where}
+
+
+def _cuda_env(*, is_reader: bool) -> tuple[tuple[str, str], ...]:
+    """UCX's same-host READ variables; a reader (decode) also pins its live prefills' KV allocations (peer_pin.py),
+    which keeps its READs free of cuda_ipc opens with the mapping cache off (a topology `env` may set it to 0)."""
+    env = ucx.cuda_ipc_env(is_reader=is_reader)
+    if is_reader:
+        env[plugin_settings.PIN_PEER_REGIONS] = "1"
+    return tuple(sorted(env.items()))
 
 
 def _memory_flag(share: float) -> EngineFlag:

@@ -12,6 +12,8 @@ subprocess). One module per fix; each is off unless `hybridserve launch` set its
 - gdn_dispatch: routes each GDN prefill batch to a tuned profile's winner (`launch --tuned-profile`).
 - nixl_poll: a decode-side NIXL READ completion poller and a late per-step poll (off unless HYBRIDSERVE_NIXL_POLL=1).
 - peer_release: decode gives back a dead prefill's NIXL state (HYBRIDSERVE_RELEASE_DEAD_PEERS=1, launch sets it).
+- peer_pin: a CUDA decode holds its live prefills' KV allocations open, so that a READ with cuda_ipc's cache off
+  opens none (HYBRIDSERVE_PIN_PEER_REGIONS=1, launch sets it on CUDA decode engines).
 - lease_stamp, lease_guard: prefill stamps the end of each request's KV lease; decode reads the blocks only inside it
   (heartbeats it sent extend it) and computes the prompt itself otherwise (HYBRIDSERVE_LEASE_GUARD=1, launch sets it).
 - timeline: one JSON line per P/D request event into HYBRIDSERVE_TIMELINE_FILE (off unless it is set).
@@ -30,7 +32,7 @@ from collections.abc import Callable, Mapping
 from hybridserve.core.common.fault_kind import FAULT_ENV, FAULT_FILE_ENV
 from hybridserve.core.vllm_plugin import (
     async_scheduling, cpu_affinity, cpu_conv_layout, faults, lease_guard, lease_stamp, manifest, nixl_poll,
-    nixl_progress, peer_release, settings, timeline, torchvision_shim, transfer_log,
+    nixl_progress, peer_pin, peer_release, settings, timeline, torchvision_shim, transfer_log,
 )
 from hybridserve.core.vllm_plugin.log import logger
 
@@ -56,6 +58,8 @@ def installs(config: settings.PluginSettings,
         out.append((manifest.NIXL_POLL, lambda: nixl_poll.install(poll_us)))
     if config.is_release_dead_peers:  # decode: a dead prefill's NIXL state (its GPU memory on CUDA) given back
         out.append((manifest.PEER_RELEASE, peer_release.install))
+    if config.is_pin_peer_regions:  # a CUDA decode: READs with cuda_ipc's cache off open no allocation
+        out.append((manifest.PEER_PIN, peer_pin.install))
     if config.is_lease_guard:  # both roles: prefill stamps, decode guards (one switch, launch sets it everywhere)
         out += [(manifest.LEASE_STAMP, lease_stamp.install), (manifest.LEASE_GUARD, lease_guard.install)]
     if config.keep_async_scheduling:

@@ -110,6 +110,14 @@ PEER_RELEASE = PatchSpec(
            Names(module=PULL_WORKER, attrs=(RESULTS,)),
            Names(module=NIXL_METADATA, attrs=("NixlConnectorMetadata.reqs_to_recv", "ReqMeta.remote",
                                               "RemoteMeta.engine_id", "RemoteMeta.host", "RemoteMeta.port"))))
+PEER_PIN = PatchSpec(
+    name="peer_pin", purpose="a CUDA decode holds its live prefills' KV allocations open "
+    "(HYBRIDSERVE_PIN_PEER_REGIONS=1)", lines=LINES,
+    names=(_worker("add_remote_agent", "start_load_kv", "_cleanup_remote_engine", "_remote_agents",
+                   "kv_caches_base_addr", "nixl_wrapper", "nixl_memory_type"),
+           Names(module=NIXL_METADATA, attrs=("NixlAgentMetadata.engine_id", "NixlAgentMetadata.device_id")),
+           *(Names(module=api, attrs=("nixl_agent.prep_mem_view", "nixl_agent.release_mem_view",
+                                      "nixl_agent.get_remote_descs")) for api in NIXL_APIS)))
 LEASE_STAMP = PatchSpec(
     name="lease_stamp", purpose="prefill stamps its KV lease's end; decode recomputes a refused READ "
     "(HYBRIDSERVE_LEASE_GUARD=1)", lines=LINES,
@@ -150,4 +158,4 @@ UNLOADABLE_EXTENSIONS = PatchSpec(
     lines=None, is_always_on=True, names=())
 
 ALL = (TORCHVISION_SHIM, UNLOADABLE_EXTENSIONS, TRANSFER_LOG, SCHEDULER_LOG, CPU_CONV_LAYOUT, KEEP_ASYNC, FAULTS,
-       TIMELINE, NIXL_POLL, PEER_RELEASE, LEASE_STAMP, LEASE_GUARD, NIXL_PROGRESS, CPU_AFFINITY, GDN_DISPATCH)
+       TIMELINE, NIXL_POLL, PEER_RELEASE, PEER_PIN, LEASE_STAMP, LEASE_GUARD, NIXL_PROGRESS, CPU_AFFINITY, GDN_DISPATCH)

@@ -16,6 +16,7 @@ KEEP_ASYNC_SCHEDULING = "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING"
 GDN_DISPATCH_PROFILE = "HYBRIDSERVE_GDN_DISPATCH_PROFILE"  # a tuned profile: route each GDN prefill batch by it
 GDN_DISPATCH_LOG_CALLS = "HYBRIDSERVE_GDN_DISPATCH_LOG_CALLS"  # "1": also one log line per routed call (tests)
 RELEASE_DEAD_PEERS = "HYBRIDSERVE_RELEASE_DEAD_PEERS"  # "1" on decode: a dead prefill's NIXL state is given back
+PIN_PEER_REGIONS = "HYBRIDSERVE_PIN_PEER_REGIONS"  # "1" on a CUDA decode: live prefills' KV allocations held open
 LEASE_GUARD = "HYBRIDSERVE_LEASE_GUARD"  # "1": prefill stamps its KV lease, decode reads only inside it (issue 39)
 DISABLE = "HYBRIDSERVE_PLUGIN_DISABLE"  # "1": the plugin does nothing at all (for A/B measurements)
 
@@ -29,6 +30,7 @@ class PluginSettings:
     gdn_dispatch_profile: str | None = None  # None: vLLM's own GDN prefill call, untouched
     is_gdn_dispatch_log_calls: bool = False
     is_release_dead_peers: bool = False  # peer_release.py
+    is_pin_peer_regions: bool = False  # peer_pin.py
     is_lease_guard: bool = False  # lease_stamp.py, lease_guard.py
 
 
@@ -65,5 +67,6 @@ def from_env(env: dict[str, str] | None = None) -> PluginSettings:
         gdn_dispatch_profile=env.get(GDN_DISPATCH_PROFILE, "").strip() or None,
         is_gdn_dispatch_log_calls=env.get(GDN_DISPATCH_LOG_CALLS) == "1",
         is_release_dead_peers=env.get(RELEASE_DEAD_PEERS) == "1",
+        is_pin_peer_regions=env.get(PIN_PEER_REGIONS) == "1",
         is_lease_guard=env.get(LEASE_GUARD) == "1",
     )
