@@ -38,8 +38,8 @@
 #                                                     # decode, every answer judged; FLAGS passed through
 #   bash benchmarks/h200.sh dead-peer [FLAGS]         # "A dead engine's GPU memory, held by its NIXL peer (H200)":
 #                                                     # benchmarks/nixl_dead_peer.py (nixl alone, no vLLM)
-#   bash benchmarks/h200.sh ipc-cache-cost [FLAGS]    # the same section: a READ's time by descriptor count and by
-#                                                     # the target's allocations, cuda_ipc cache on and off
+#   bash benchmarks/h200.sh ipc-cache-cost [FLAGS]    # the same section: a READ's time by the target's allocations,
+#                                                     # cuda_ipc cache on, off, and off with the peer pin
 #                                                     # (benchmarks/nixl_ipc_cache_cost.py)
 #   bash benchmarks/h200.sh cold-start [FLAGS]        # launch with vLLM's defaults (issue 38, docs/served-defaults.md):
 #                                                     # its dry run on this GPU, a cold start of the 60-layer model
@@ -346,18 +346,24 @@ lease_burst() {  # prefill and decode on GPU 0, a 5 s KV lease, decode 8 sequenc
   pack
 }
 
-ipc_cache_cost() {  # a READ's time by descriptor count with cuda_ipc's mapping cache on (UCX's default) and off,
-  # the target's memory in one region, in 15 allocations (vLLM's KV cache tensors of the 60-layer model) and in 15
-  # regions of one allocation; the served descriptor counts (195 at 1k, 420 at 32k)
+ipc_cache_cost() {  # a READ's time with cuda_ipc's mapping cache on (UCX's default), off (launch's decode) and off
+  # with the plugin's peer pin (a memory view held over each region): the target's memory in 15 allocations (vLLM
+  # 0.26's KV cache tensors of the 60-layer model) and in 15 regions of one allocation, read by a later peer (a decoy
+  # took the key UCX keeps open, as after a prefill's restart); the served descriptor counts (195 at 1k, 420 at 32k).
+  # Then the cache off by allocations (1, 5, 15) for a first and a later peer: what one open costs
   setup nixl
-  run "$OUT/ipc_cache_cost.json" "$(left 10)" python3 benchmarks/nixl_ipc_cache_cost.py --descriptors 1 195 420 4096 \
-    --layout separate carved one --regions 15 "$@"
-  [ -n "$DRY" ] || cat "$OUT/ipc_cache_cost.json"
+  run "$OUT/ipc_cache_cost.json" "$(left 200)" python3 benchmarks/nixl_ipc_cache_cost.py --descriptors 195 420 \
+    --layout separate carved --regions 15 --peer later --setting cache_on --setting cache_off --setting pinned "$@"
+  run "$OUT/ipc_cache_cost_allocations.json" "$(left 10)" python3 benchmarks/nixl_ipc_cache_cost.py \
+    --descriptors 195 --layout separate --regions 1 5 15 --peer first later --setting cache_off
+  [ -n "$DRY" ] || cat "$OUT/ipc_cache_cost.json" "$OUT/ipc_cache_cost_allocations.json"
 }
 
-dead_peer() {  # a READ initiator's hold on a SIGKILLed target's VRAM: cuda_ipc's cache on and off
+dead_peer() {  # a READ initiator's hold on a SIGKILLed target's VRAM: cuda_ipc's cache on and off, and off with the
+  # peer pin's view released before the agent (the plugin's order) or not (the control)
   setup nixl
-  run "$OUT/dead_peer.json" 300 python3 benchmarks/nixl_dead_peer.py "$@"
+  run "$OUT/dead_peer.json" "$(left 10)" python3 benchmarks/nixl_dead_peer.py --setting default --setting cache_off \
+    --setting pinned --setting pinned_unreleased "$@"
   [ -n "$DRY" ] || cat "$OUT/dead_peer.json"
 }
 

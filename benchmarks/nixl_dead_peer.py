@@ -8,6 +8,13 @@ the remote agent, then exits; the GPU's used memory after each step, per UCX set
 UCX's default, and off), with the READ's time for each.
 
     python3 benchmarks/nixl_dead_peer.py [--gib 8] [--setting default --setting cache_off] [--device cpu] > out.json
+
+Two more settings, for the plugin's peer pin (core/vllm_plugin/peer_pin.py: a decode holds a NIXL memory view over
+one byte at each of a live prefill's regions, so that READs with the cache off open nothing):
+- pinned: the cache off and the view held from the handshake on; after the SIGKILL the view is released, then the
+  remote agent removed (the plugin's order): the memory must come back at `remote_agent_removed`;
+- pinned_unreleased: the same, but the agent is removed with the view still held (the control: the view is what
+  holds the memory, so it stays held until the initiator exits).
 """
 
 from __future__ import annotations
@@ -22,13 +29,19 @@ import subprocess
 import sys
 import time
 
-SETTINGS = {"default": {}, "cache_off": {"UCX_CUDA_IPC_CACHE": "n"}}
+SETTINGS = {"default": {}, "cache_off": {"UCX_CUDA_IPC_CACHE": "n"}, "pinned": {"UCX_CUDA_IPC_CACHE": "n"},
+            "pinned_unreleased": {"UCX_CUDA_IPC_CACHE": "n"}}
+PINNED = ("pinned", "pinned_unreleased")
 BASE_ENV = {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y", "NIXL_LOG_LEVEL": "WARN"}  # launch's setting for same-host READ
 SETTLE_S = 3.0  # after each step, before the memory is read
 
 
-def _agent(name: str, env: dict):  # noqa: ANN202
+def _agent(name: str, env: dict, device: str = "cpu"):  # noqa: ANN202
     os.environ.update(BASE_ENV, **env)
+    if device == "cuda":  # a current CUDA context before the agent, as in vLLM's worker (NIXL's memory views need it)
+        import torch
+
+        torch.zeros(1, device="cuda")
     import nixl._api as api
 
     return api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=True, backends=["UCX"]))
@@ -46,17 +59,25 @@ def target(conn, env: dict, nbytes: int, device: str) -> None:  # noqa: ANN001
         time.sleep(1)
 
 
-def initiator(conn, env: dict, nbytes: int, device: str) -> None:  # noqa: ANN001
+def initiator(conn, env: dict, nbytes: int, device: str, is_pinned: bool = False) -> None:  # noqa: ANN001
     import numpy as np
     import torch
 
-    agent = _agent("initiator", env)
+    agent = _agent("initiator", env, device)
     buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
     kind = "VRAM" if device == "cuda" else "DRAM"
     agent.register_memory(buf)
     meta, remote_base = conn.recv()
     conn.send(agent.get_agent_metadata())
     name = agent.add_remote_agent(meta)
+    view, pin = None, {}
+    if is_pinned:  # the plugin's view: one byte at the region's base
+        t0 = time.perf_counter()
+        try:
+            view = agent.prep_mem_view(agent.get_remote_descs([(remote_base, 1, 0, name)], kind))
+            pin = {"pin_ms": round(1e3 * (time.perf_counter() - t0), 3)}
+        except Exception as exc:  # noqa: BLE001 (recorded: the steps below then say what an unpinned reader does)
+            pin = {"pin_error": f"{type(exc).__name__}: {exc}"}
     local = agent.get_xfer_descs(np.array([(buf.data_ptr(), nbytes, 0)], dtype=np.uint64), kind)
     remote = agent.get_xfer_descs(np.array([(remote_base, nbytes, 0)], dtype=np.uint64), kind)
     while True:
@@ -75,7 +96,12 @@ def initiator(conn, env: dict, nbytes: int, device: str) -> None:  # noqa: ANN00
                 agent.release_xfer_handle(handle)
                 _sync(torch)
                 right = float((buf == 7).float().mean().item()) if state == "DONE" else 0.0
-            conn.send({"read_ms": [round(1e3 * t, 3) for t in times], "fraction_right": right})
+            conn.send({"read_ms": [round(1e3 * t, 3) for t in times], "fraction_right": right, **pin})
+        elif msg == "release":
+            if view is not None:
+                agent.release_mem_view(view)
+                view = None
+            conn.send("released")
         elif msg == "remove":
             agent.remove_remote_agent(name)
             conn.send("removed")
@@ -107,7 +133,7 @@ def run(setting: str, nbytes: int, device: str) -> dict:
     env = SETTINGS[setting]
     before = gpu_used_mib()
     tproc = ctx.Process(target=target, args=(t_child, env, nbytes, device), daemon=True)
-    iproc = ctx.Process(target=initiator, args=(i_child, env, nbytes, device), daemon=True)
+    iproc = ctx.Process(target=initiator, args=(i_child, env, nbytes, device, setting in PINNED), daemon=True)
     tproc.start()
     iproc.start()
     meta, base, tpid = t_conn.recv()
@@ -122,6 +148,9 @@ def run(setting: str, nbytes: int, device: str) -> dict:
     tproc.join(timeout=10)
     time.sleep(SETTLE_S)
     steps["target_killed"] = gpu_used_mib()
+    if setting == "pinned":  # the plugin's order: the view first, then the agent (vLLM's _cleanup_remote_engine)
+        i_conn.send("release")
+        steps["release"] = i_conn.recv() if i_conn.poll(30) else "no answer in 30 s"
     i_conn.send("remove")
     steps["remove"] = i_conn.recv() if i_conn.poll(30) else "no answer in 30 s"
     time.sleep(SETTLE_S)
