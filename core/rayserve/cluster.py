@@ -25,7 +25,11 @@ from pathlib import Path
 from hybridserve.core.common.errors import CouldNotRunError
 
 RAY_PORT = 6379  # Ray's default GCS port
-STOP_GRACE_S = 30.0
+# A node is stopped after Serve took the app down (deploy.take_down): its engines are gone by then, and what is left
+# are Ray's own processes. On a head they did not all end on SIGTERM: in the two-namespace test the gcs_server, the
+# autoscaler monitor, the Serve controller and proxy actors and `ray start --block` itself were still there after 30 s
+# (2026-12-05), and were SIGKILLed then. `ray stop` gives them 16 s by default; 10 s is past every exit seen.
+STOP_GRACE_S = 10.0
 
 
 def auth_env(token_file: Path | None) -> dict[str, str]:
