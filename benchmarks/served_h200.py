@@ -235,6 +235,19 @@ def schedulers(info: dict) -> dict:
     return out
 
 
+def peer_pins(info: dict) -> dict:
+    """engine log -> the plugin's peer pin lines (core/vllm_plugin/peer_pin.py): each pinned prefill, or why not."""
+    from hybridserve.core.vllm_plugin.peer_pin import PINNED_LOG_PREFIX, UNPINNED_LOG_PREFIX
+
+    out = {}
+    for log in sorted(Path(info["run_dir"]).glob("*.log")) if info.get("run_dir") else ():
+        lines = [ln.split("hybridserve: ", 1)[1] for ln in log.read_text(errors="replace").splitlines()
+                 if PINNED_LOG_PREFIX in ln or UNPINNED_LOG_PREFIX in ln]
+        if lines:
+            out[log.name] = lines[-4:]
+    return out
+
+
 def run_json(argv: list[str], out: Path, timeout_s: float) -> dict:
     started = time.time()
     try:
@@ -294,7 +307,7 @@ def summarize(run: dict) -> dict:
 
 
 def bench(args: argparse.Namespace, prof: dict) -> dict:
-    _, found = urls(args.deadline - 300)
+    state, found = urls(args.deadline - 300)
     idle_targets = [n for n in ("pd", "pd-ipc-cache", "single", "single-b", "single-sync") if found.get(n)]
     load_targets = [n for n in ("pd", "single", "single-b", "single-sync") if found.get(n)]
     common = ["--baseline", "none", "--device", prof["device"], "--model", prof["model"]]
@@ -350,6 +363,8 @@ def bench(args: argparse.Namespace, prof: dict) -> dict:
                                                                   until=run["ended"])
     report["ratios"] = ratios(report["phases"])
     report["plan_by_history"] = plan_by_history(prof, sent)
+    # decode's READs open no allocation once its prefill is pinned (issue 38: the 22-30 ms post of 2026-12-05)
+    report["peer_pin"] = {n: peer_pins(i) for n, i in state["deployments"].items()}
     return report
 
 

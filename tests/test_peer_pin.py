@@ -78,11 +78,15 @@ def test_pin_descs_take_one_byte_at_each_distinct_region_base():
     assert pin_descs([4096, 8192, 4096], 3, "agent-P") == [(4096, 1, 3, "agent-P"), (8192, 1, 3, "agent-P")]
 
 
-def test_a_handshaken_prefill_is_pinned_before_its_first_read_and_released_before_its_agent_goes():
+def test_a_handshaken_prefill_is_pinned_before_its_first_read_and_released_before_its_agent_goes(caplog):
     wrapper = FakeWrapper()
     worker = _worker_module().NixlPullConnectorWorker(wrapper)
     assert worker.add_remote_agent(_meta("P1", [1000, 2000, 3000], device_id=2)) == "agent-P1-0"
-    worker.start_load_kv("step-1")
+    with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
+        worker.start_load_kv("step-1")
+    # the line the served H200 bench collects (benchmarks/served_h200.py peer_pins)
+    (line,) = [r.getMessage() for r in caplog.records if peer_pin.PINNED_LOG_PREFIX in r.getMessage()]
+    assert line.startswith(f"{peer_pin.PINNED_LOG_PREFIX} P1 rank 0: 3 regions in ") and line.endswith(" ms")
     assert wrapper.calls == [("prep", [(1000, 1, 2, "agent-P1-0"), (2000, 1, 2, "agent-P1-0"),
                                        (3000, 1, 2, "agent-P1-0")])]
     assert worker.reads == [("step-1", 1)]  # the view was there when the READs were posted
@@ -125,7 +129,7 @@ def test_a_refused_view_is_logged_once_and_the_rank_is_read_unpinned(caplog):
         worker.start_load_kv("step-1")
         worker.start_load_kv("step-2")
     assert [c[0] for c in wrapper.calls] == ["prep"]  # not tried again every step
-    assert sum("could not pin" in r.getMessage() for r in caplog.records) == 1
+    assert sum(peer_pin.UNPINNED_LOG_PREFIX in r.getMessage() for r in caplog.records) == 1
     assert worker.reads == [("step-1", 0), ("step-2", 0)]  # the READs still ran
     worker._cleanup_remote_engine("P1")  # nothing to release; the agent still goes
     assert wrapper.calls[-1] == ("remove", "agent-P1-0")

@@ -33,6 +33,7 @@ from hybridserve.core.vllm_plugin.log import logger
 
 PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
 PINNED_LOG_PREFIX = "hybridserve: pinned the KV regions of remote engine"
+UNPINNED_LOG_PREFIX = "hybridserve: could not pin the KV regions of remote engine"
 PIN_BYTES = 1  # a view's descriptor: cuda_ipc opens the whole allocation behind it
 VRAM = "VRAM"
 
@@ -96,8 +97,8 @@ def pin_due(worker: Any) -> list[Rank]:
                 wrapper.get_remote_descs(pin_descs(bases, device_id, agent_name), VRAM))
         except Exception as exc:  # noqa: BLE001 (unpinned READs still work: slower, never wrong)
             pins.unpinned.add(rank)
-            logger.warning("hybridserve: could not pin the KV regions of remote engine %s rank %d (%s: %s); its "
-                           "READs open them each time", rank[0], rank[1], type(exc).__name__, exc)
+            logger.warning("%s %s rank %d (%s: %s); its READs open them each time", UNPINNED_LOG_PREFIX, rank[0],
+                           rank[1], type(exc).__name__, exc)
             continue
         pinned.append(rank)
         logger.info("%s %s rank %d: %d regions in %.1f ms", PINNED_LOG_PREFIX, rank[0], rank[1],
