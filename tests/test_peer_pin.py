@@ -177,3 +177,45 @@ def test_nixl_itself_refuses_a_view_without_cuda_and_the_patch_reads_on():
     assert descs.descCount() == 1
     with pytest.raises(Exception, match="NIXL_ERR"):
         reader.prep_mem_view(descs)
+
+
+def test_with_peer_release_on_top_the_pins_nixl_calls_hold_its_step_lock():
+    """The plugin installs peer_pin first (core/vllm_plugin/__init__.py), so that the release's prober thread, which
+    calls _cleanup_remote_engine under the step lock, never meets a pin's NIXL call on the step thread."""
+    import threading
+
+    from hybridserve.core.vllm_plugin import peer_release
+    from hybridserve.core.vllm_plugin.settings import PluginSettings
+
+    names = [spec.name for spec, _ in plugin_installs(PluginSettings(is_pin_peer_regions=True,
+                                                                     is_release_dead_peers=True))]
+    assert names.index("peer_pin") < names.index("peer_release")
+
+    module = _worker_module()  # peer_pin patched
+    cls = module.NixlPullConnectorWorker
+    cls.get_finished = lambda self: (set(), set())
+    peer_release.patch_worker_module(module)  # then peer_release, as the plugin orders them
+    held = []
+
+    class Watching(FakeWrapper):
+        def prep_mem_view(self, dlist):
+            held.append(peer_release.releaser_of(worker).step_lock._is_owned())
+            return super().prep_mem_view(dlist)
+
+        def release_mem_view(self, handle):
+            held.append(peer_release.releaser_of(worker).step_lock._is_owned())
+            super().release_mem_view(handle)
+
+    worker = cls(Watching())
+    worker._recving_metadata, worker._handshake_futures, worker._handshake_lock = {}, {}, threading.RLock()
+    worker.add_remote_agent(_meta("P1", [1000]))
+    worker.start_load_kv(SimpleNamespace(reqs_to_recv={}))
+    with peer_release.releaser_of(worker).step_lock:  # as the prober releases a dead engine
+        assert peer_release.try_release(worker, "P1") is peer_release.Release.RELEASED
+    assert held == [True, True]
+
+
+def plugin_installs(config):
+    from hybridserve.core.vllm_plugin import installs
+
+    return installs(config, {})

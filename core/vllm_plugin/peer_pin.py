@@ -18,6 +18,11 @@ NixlPullConnectorWorker, for VRAM KV caches only:
   releases the engine's views first, so that removing its agent closes the allocations and gives the memory back.
 A view that cannot be made is logged once for that rank and the rank is read unpinned, as before (slower, never
 wrong).
+
+Thread safety: the agent is not safe from two threads (nixl_poll.py). The views are made and released where vLLM
+makes its own NIXL calls: on the step thread, and in `_cleanup_remote_engine`. peer_release's prober thread calls
+that under its step lock, and the plugin patches peer_pin first, so peer_release's `start_load_kv` wrapper holds
+the same lock around this one. `add_remote_agent` (vLLM's handshake thread) only notes a device id here.
 """
 
 from __future__ import annotations
