@@ -87,7 +87,8 @@ def _request_table(plan: Plan) -> Table:
                           f"requests a length after {served.num_warmup} warm-up); unmerged: the ids vLLM hands "
                           "NIXL; fragmented: a run per block")
     for col in ("prompt", "reads", "bytes vLLM", "bytes ours", "descs vLLM", "unmerged", "fragmented",
-                f"descs ours ({plan.request.num_runs} run)", "NIXL elements ours", "saved", "fit"):
+                f"descs ours ({plan.request.num_runs} run)", "NIXL elements ours", "saved",
+                "fit (vLLM's concurrency)"):
         table.add_column(col, justify="right")
     for r in plan.requests:
         table.add_row(f"{r.prompt_tokens:,}", str(r.vllm.num_reads), format_bytes(r.vllm.total_bytes),
@@ -95,7 +96,7 @@ def _request_table(plan: Plan) -> Table:
                       f"{r.vllm.unmerged_descriptors:,}", f"{r.vllm.fragmented_descriptors:,}",
                       f"{r.ours.total_descriptors:,}", f"{r.ours.nixl_elements:,}",
                       f"{r.vllm.served_descriptors / max(1, r.ours.total_descriptors):.1f}x",
-                      "-" if r.max_requests is None else f"{r.max_requests:,}")
+                      "-" if r.max_requests is None else f"{r.max_requests:,} ({r.vllm_max_concurrency:.2f}x)")
     return table
 
 

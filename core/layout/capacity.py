@@ -37,6 +37,19 @@ class Capacity:
     def max_requests(self, layout: RankLayout, prompt_tokens: int) -> int:
         return self.num_blocks // max(1, self.blocks_per_request(layout, prompt_tokens))
 
+    def vllm_max_concurrency(self, layout: RankLayout, max_model_len: int) -> float:
+        """What vLLM logs as "Maximum concurrency for L tokens per request" (and exports as cache_config_info's
+        kv_cache_max_concurrency): the pool's blocks over the blocks one request of `max_model_len` takes from every
+        group. Mirrors kv_cache_utils.get_max_concurrency_for_kv_cache_config: 0.32 sums cdiv(max memory, page) over
+        the groups; 0.26 divides the groups' summed max memory by the one page, the same count when, as the hybrid
+        allocator makes them, every group has the page (full attention and GDN groups, mamba_cache_mode none)."""
+        return self.num_blocks / max(1, self.blocks_per_request(layout, max_model_len))
+
+    def vllm_kv_cache_tokens(self, layout: RankLayout, max_model_len: int) -> int:
+        """vLLM's "KV cache size: N tokens" (kv_cache_size_tokens): int(max concurrency x max_model_len), not the
+        tokens the blocks hold (kv_cache_utils.get_kv_cache_capacity, 0.26 and 0.32)."""
+        return int(self.vllm_max_concurrency(layout, max_model_len) * max_model_len)
+
 
 def estimate_weights_bytes(model: ModelSpec, tp: int) -> int:
     """Parameters from the config times the model dtype, split over TP (norms and biases ignored)."""

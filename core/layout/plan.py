@@ -27,6 +27,8 @@ class RequestPlan:
     vllm: TransferCost
     ours: TransferCost
     max_requests: int | None  # on one decode rank; None without a memory budget
+    # what vLLM would log as its maximum concurrency with --max-model-len at this prompt's length (capacity.py)
+    vllm_max_concurrency: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +64,7 @@ def _request_plan(prefill: RankLayout, decode: RankLayout, capacity: Capacity | 
         vllm=transfer_cost(prefill, decode, tokens, Scheme.VLLM, served_runs=served_runs),
         ours=transfer_cost(prefill, decode, tokens, Scheme.OURS, num_runs=runs),
         max_requests=capacity.max_requests(decode, tokens) if capacity else None,
+        vllm_max_concurrency=capacity.vllm_max_concurrency(decode, tokens) if capacity else None,
     )
 
 

@@ -68,7 +68,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         },
         "requests": [
             {"prompt_tokens": r.prompt_tokens, "moved_tokens": r.vllm.moved_tokens, "max_requests": r.max_requests,
-             "vllm": cost_dict(r.vllm), "ours": cost_dict(r.ours)}
+             "vllm_max_concurrency": r.vllm_max_concurrency, "vllm": cost_dict(r.vllm), "ours": cost_dict(r.ours)}
             for r in plan.requests
         ],
     }
