@@ -352,9 +352,10 @@ ipc_cache_cost() {  # a READ's time with cuda_ipc's mapping cache on (UCX's defa
   # took the key UCX keeps open, as after a prefill's restart); the served descriptor counts (195 at 1k, 420 at 32k).
   # Then the cache off by allocations (1, 5, 15) for a first and a later peer: what one open costs
   setup nixl
-  run "$OUT/ipc_cache_cost.json" "$(left 200)" python3 benchmarks/nixl_ipc_cache_cost.py --descriptors 195 420 \
+  # (the budgets leave dead-peer 130 s when both share one DEADLINE in one device call)
+  run "$OUT/ipc_cache_cost.json" "$(left 260)" python3 benchmarks/nixl_ipc_cache_cost.py --descriptors 195 420 \
     --layout separate carved --regions 15 --peer later --setting cache_on --setting cache_off --setting pinned "$@"
-  run "$OUT/ipc_cache_cost_allocations.json" "$(left 10)" python3 benchmarks/nixl_ipc_cache_cost.py \
+  run "$OUT/ipc_cache_cost_allocations.json" "$(left 130)" python3 benchmarks/nixl_ipc_cache_cost.py \
     --descriptors 195 --layout separate --regions 1 5 15 --peer first later --setting cache_off
   [ -n "$DRY" ] || cat "$OUT/ipc_cache_cost.json" "$OUT/ipc_cache_cost_allocations.json"
 }
