@@ -5,6 +5,7 @@ vLLM's source), and NIXL's own answer where no CUDA is (the view refused: the ra
 from __future__ import annotations
 
 import logging
+import threading
 from types import ModuleType, SimpleNamespace
 
 import pytest
@@ -46,6 +47,7 @@ def _worker_module():
         def __init__(self, wrapper, memory="VRAM"):
             self.nixl_wrapper, self.nixl_memory_type = wrapper, memory
             self._remote_agents, self.kv_caches_base_addr, self.reads = {}, {}, []
+            self._handshake_lock, self._handshake_futures = threading.RLock(), {}
 
         def add_remote_agent(self, nixl_agent_meta, remote_tp_rank=0, remote_tp_size=1):
             name = f"agent-{nixl_agent_meta.engine_id}-{remote_tp_rank}"
@@ -147,6 +149,28 @@ def test_a_prefill_back_under_the_same_engine_id_is_pinned_again():
     assert list(wrapper.live.values()) == [[(2000, 1, 0, "agent-P1-0")]]
 
 
+def test_no_view_is_made_while_a_handshake_is_in_flight():
+    """The handshake's thread makes NIXL calls of its own (the agent is not thread-safe): the pin waits a step."""
+    wrapper = FakeWrapper()
+    worker = _worker_module().NixlPullConnectorWorker(wrapper)
+    worker.add_remote_agent(_meta("P1", [1000]))
+    worker._handshake_futures["P2"] = object()  # another prefill's handshake, running
+    worker.start_load_kv("step-1")
+    assert wrapper.calls == []
+    worker._handshake_futures.clear()
+    worker.start_load_kv("step-2")
+    assert [c[0] for c in wrapper.calls] == ["prep"]
+
+
+def test_a_second_cleanup_of_the_same_engine_releases_nothing_twice():
+    wrapper = FakeWrapper()
+    worker = _worker_module().NixlPullConnectorWorker(wrapper)
+    worker.add_remote_agent(_meta("P1", [1000]))
+    worker.start_load_kv("step")
+    assert peer_pin.unpin(worker, "P1") == 1 and peer_pin.unpin(worker, "P1") == 0
+    assert [c[0] for c in wrapper.calls] == ["prep", "release"]
+
+
 def test_dram_kv_caches_are_left_alone():
     wrapper = FakeWrapper()
     worker = _worker_module().NixlPullConnectorWorker(wrapper, memory="DRAM")
@@ -182,14 +206,14 @@ def test_nixl_itself_refuses_a_view_without_cuda_and_the_patch_reads_on():
 def test_with_peer_release_on_top_the_pins_nixl_calls_hold_its_step_lock():
     """The plugin installs peer_pin first (core/vllm_plugin/__init__.py), so that the release's prober thread, which
     calls _cleanup_remote_engine under the step lock, never meets a pin's NIXL call on the step thread."""
-    import threading
-
     from hybridserve.core.vllm_plugin import peer_release
     from hybridserve.core.vllm_plugin.settings import PluginSettings
 
     names = [spec.name for spec, _ in plugin_installs(PluginSettings(is_pin_peer_regions=True,
                                                                      is_release_dead_peers=True))]
     assert names.index("peer_pin") < names.index("peer_release")
+    # without the release a pin would hold a dead prefill's memory until vLLM's engine TTL: not installed alone
+    assert "peer_pin" not in [spec.name for spec, _ in plugin_installs(PluginSettings(is_pin_peer_regions=True))]
 
     module = _worker_module()  # peer_pin patched
     cls = module.NixlPullConnectorWorker
@@ -207,7 +231,7 @@ def test_with_peer_release_on_top_the_pins_nixl_calls_hold_its_step_lock():
             super().release_mem_view(handle)
 
     worker = cls(Watching())
-    worker._recving_metadata, worker._handshake_futures, worker._handshake_lock = {}, {}, threading.RLock()
+    worker._recving_metadata = {}
     worker.add_remote_agent(_meta("P1", [1000]))
     worker.start_load_kv(SimpleNamespace(reqs_to_recv={}))
     with peer_release.releaser_of(worker).step_lock:  # as the prober releases a dead engine

@@ -56,8 +56,9 @@ def installs(config: settings.PluginSettings,
     poll_us = nixl_poll.poll_us_from_env(dict(env))
     if poll_us is not None:  # HYBRIDSERVE_NIXL_POLL=1: decode sees READ completions on time
         out.append((manifest.NIXL_POLL, lambda: nixl_poll.install(poll_us)))
-    if config.is_pin_peer_regions:  # a CUDA decode: READs with cuda_ipc's cache off open no allocation
-        # before peer_release: its wrapper, patched on top, then holds its step lock over the pin's NIXL calls too
+    if config.is_pin_peer_regions and config.is_release_dead_peers:  # a CUDA decode: READs open no allocation
+        # only with peer_release: a pin alone would hold a dead prefill's memory until vLLM's engine TTL (an hour);
+        # before it: peer_release's wrapper, patched on top, then holds its step lock over the pin's NIXL calls too
         out.append((manifest.PEER_PIN, peer_pin.install))
     if config.is_release_dead_peers:  # decode: a dead prefill's NIXL state (its GPU memory on CUDA) given back
         out.append((manifest.PEER_RELEASE, peer_release.install))

@@ -114,7 +114,8 @@ PEER_PIN = PatchSpec(
     name="peer_pin", purpose="a CUDA decode holds its live prefills' KV allocations open "
     "(HYBRIDSERVE_PIN_PEER_REGIONS=1)", lines=LINES,
     names=(_worker("add_remote_agent", "start_load_kv", "_cleanup_remote_engine", "_remote_agents",
-                   "kv_caches_base_addr", "nixl_wrapper", "nixl_memory_type"),
+                   "kv_caches_base_addr", "nixl_wrapper", "nixl_memory_type", "_handshake_lock",
+                   "_handshake_futures"),
            Names(module=NIXL_METADATA, attrs=("NixlAgentMetadata.engine_id", "NixlAgentMetadata.device_id")),
            *(Names(module=api, attrs=("nixl_agent.prep_mem_view", "nixl_agent.release_mem_view",
                                       "nixl_agent.get_remote_descs")) for api in NIXL_APIS)))

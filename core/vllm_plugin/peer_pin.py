@@ -13,7 +13,8 @@ On when HYBRIDSERVE_PIN_PEER_REGIONS=1 (launch sets it on CUDA decode engines, b
 NixlPullConnectorWorker, for VRAM KV caches only:
 - `add_remote_agent` (vLLM's handshake) is noted: the remote rank's device id, which the worker does not keep;
 - before and after each `start_load_kv` (the step thread, where vLLM posts its READs, with the worker's CUDA device
-  current), each handshaken remote rank not yet pinned gets one view: one byte at each of its regions' bases;
+  current) and while no handshake is in flight, each handshaken remote rank not yet pinned gets one view: one byte
+  at each of its regions' bases;
 - `_cleanup_remote_engine` (vLLM's TTL eviction and shutdown, and peer_release.py's release of a dead prefill)
   releases the engine's views first, so that removing its agent closes the allocations and gives the memory back.
 A view that cannot be made is logged once for that rank and the rank is read unpinned, as before (slower, never
@@ -22,7 +23,9 @@ wrong).
 Thread safety: the agent is not safe from two threads (nixl_poll.py). The views are made and released where vLLM
 makes its own NIXL calls: on the step thread, and in `_cleanup_remote_engine`. peer_release's prober thread calls
 that under its step lock, and the plugin patches peer_pin first, so peer_release's `start_load_kv` wrapper holds
-the same lock around this one. `add_remote_agent` (vLLM's handshake thread) only notes a device id here.
+the same lock around this one. A handshake's thread makes NIXL calls of its own, so no view is made while one is in
+flight (vLLM's `_handshake_futures`, under its `_handshake_lock`). `add_remote_agent` (that thread) only notes a
+device id here.
 """
 
 from __future__ import annotations
@@ -73,13 +76,14 @@ class Pins:
         return out
 
     def take(self, engine_id: str) -> list[int]:
-        """The engine's views, forgotten here (the caller releases them)."""
-        ranks = [rank for rank in self.views if rank[0] == engine_id]
-        handles = [self.views.pop(rank) for rank in ranks]
-        for rank in [r for r in self.unpinned if r[0] == engine_id]:
+        """The engine's views, forgotten here (the caller releases them). Safe against a second caller: vLLM 0.26's
+        shutdown cleans up without peer_release's lock."""
+        handles = [h for rank in list(self.views) if rank[0] == engine_id
+                   and (h := self.views.pop(rank, None)) is not None]
+        for rank in [r for r in list(self.unpinned) if r[0] == engine_id]:
             self.unpinned.discard(rank)
-        for rank in [r for r in self.devices if r[0] == engine_id]:
-            self.devices.pop(rank)
+        for rank in [r for r in list(self.devices) if r[0] == engine_id]:
+            self.devices.pop(rank, None)
         return handles
 
 
@@ -91,9 +95,18 @@ def pins_of(worker: Any) -> Pins:
 
 
 def pin_due(worker: Any) -> list[Rank]:
-    """Make a view for every handshaken rank not yet pinned. Returns the ranks pinned now."""
+    """Make a view for every handshaken rank not yet pinned, unless a handshake is in flight: its thread makes NIXL
+    calls of its own (add_remote_agent, prep_xfer_dlist), and the pin waits a step, as peer_release's release does.
+    Returns the ranks pinned now."""
     if getattr(worker, "nixl_memory_type", None) != VRAM:
         return []
+    with worker._handshake_lock:  # a handshake's completion takes it: none lands while the views are made
+        if worker._handshake_futures:
+            return []
+        return _pin(worker)
+
+
+def _pin(worker: Any) -> list[Rank]:
     pins, wrapper, pinned = pins_of(worker), worker.nixl_wrapper, []
     for rank, agent_name, bases, device_id in pins.due(worker._remote_agents, worker.kv_caches_base_addr):
         t0 = time.perf_counter()
