@@ -109,10 +109,9 @@ def pin_due(worker: Any) -> list[Rank]:
 def _pin(worker: Any) -> list[Rank]:
     pins, wrapper, pinned = pins_of(worker), worker.nixl_wrapper, []
     for rank, agent_name, bases, device_id in pins.due(worker._remote_agents, worker.kv_caches_base_addr):
-        t0 = time.perf_counter()
+        descs, t0 = pin_descs(bases, device_id, agent_name), time.perf_counter()
         try:
-            pins.views[rank] = wrapper.prep_mem_view(
-                wrapper.get_remote_descs(pin_descs(bases, device_id, agent_name), VRAM))
+            pins.views[rank] = wrapper.prep_mem_view(wrapper.get_remote_descs(descs, VRAM))
         except Exception as exc:  # noqa: BLE001 (unpinned READs still work: slower, never wrong)
             pins.unpinned.add(rank)
             logger.warning("%s %s rank %d (%s: %s); its READs open them each time", UNPINNED_LOG_PREFIX, rank[0],
@@ -120,7 +119,7 @@ def _pin(worker: Any) -> list[Rank]:
             continue
         pinned.append(rank)
         logger.info("%s %s rank %d: %d regions in %.1f ms", PINNED_LOG_PREFIX, rank[0], rank[1],
-                    len(dict.fromkeys(bases)), 1e3 * (time.perf_counter() - t0))
+                    len(descs), 1e3 * (time.perf_counter() - t0))
     return pinned
 
 
