@@ -48,6 +48,18 @@ def test_launch_gives_every_engine_a_keepalive_past_the_proxys_hop_timeout():
         assert int(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) == 125 > topology.proxy.timeout_s  # 120 s + 5
 
 
+def _wait_parked(pid: int, timeout_s: float = 5.0) -> None:
+    """Until the server's event loop waits in epoll, so its keep-alive timer is armed before the stop. A CI run
+    starved the server between its response and that timer: stopped there, it armed the timer on waking and read
+    the request ("ok")."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with open(f"/proc/{pid}/wchan") as wchan:
+            if "epoll" in wchan.read():
+                return
+        time.sleep(0.02)
+
+
 def _stalled_request(keepalive_s: int, stall_s: float) -> str:
     """A request sent on a connection idle 0.5 s to a server SIGSTOPped for `stall_s`: what the client got."""
     with socket.socket() as sock:
@@ -55,7 +67,8 @@ def _stalled_request(keepalive_s: int, stall_s: float) -> str:
         port = sock.getsockname()[1]
     server = subprocess.Popen([sys.executable, "-c", SERVER, str(port), str(keepalive_s)])
     try:
-        with httpx.Client(timeout=30, limits=httpx.Limits(keepalive_expiry=keepalive.IDLE_EXPIRY_S)) as client:
+        # the pooled connection is kept however long the server takes to park: the stall meets the request on it
+        with httpx.Client(timeout=30, limits=httpx.Limits(keepalive_expiry=60)) as client:
             for _ in range(100):
                 try:
                     client.post(f"http://127.0.0.1:{port}/")
@@ -63,6 +76,7 @@ def _stalled_request(keepalive_s: int, stall_s: float) -> str:
                 except httpx.ConnectError:
                     time.sleep(0.1)
             time.sleep(0.5)
+            _wait_parked(server.pid)
             os.kill(server.pid, signal.SIGSTOP)
             threading.Timer(stall_s, os.kill, (server.pid, signal.SIGCONT)).start()
             try:
