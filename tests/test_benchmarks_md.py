@@ -103,7 +103,7 @@ def _stage_texts(stage: str, tmp_path: Path) -> dict[str, str]:
     return {"dry run": done.stdout, **{script: (ROOT / script).read_text() for script in scripts}}
 
 
-def test_no_dated_h200_row_comes_from_a_stage_that_serves_as_no_user_serves(tmp_path) -> None:
+def test_no_dated_gpu_row_comes_from_a_stage_that_serves_as_no_user_serves(tmp_path) -> None:
     gpu_rows = [row for row in _rows() if row["date"] != "pending" and re.search(r"H[12]00", row["machine"])]
     stages = [(row["question"], m) for row in gpu_rows
               for m in re.findall(r"bash benchmarks/h200\.sh ([\w-]+)", row["command"])]

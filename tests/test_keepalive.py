@@ -61,7 +61,8 @@ def _wait_parked(pid: int, timeout_s: float = 5.0) -> None:
 
 
 def _stalled_request(keepalive_s: int, stall_s: float) -> str:
-    """A request sent on a connection idle 0.5 s to a server SIGSTOPped for `stall_s`: what the client got."""
+    """A request sent on a connection idle 0.5 s or more (until the server is parked) to a server SIGSTOPped for
+    `stall_s`: what the client got."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
