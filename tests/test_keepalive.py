@@ -49,9 +49,9 @@ def test_launch_gives_every_engine_a_keepalive_past_the_proxys_hop_timeout():
 
 
 def _wait_parked(pid: int, timeout_s: float = 5.0) -> None:
-    """Until the server's event loop waits in epoll, so its keep-alive timer is armed before the stop. A CI run
-    starved the server between its response and that timer: stopped there, it armed the timer on waking and read
-    the request ("ok")."""
+    """Until the server's event loop waits in epoll, so its keep-alive timer is armed before the stop. A loaded CI
+    run got "ok": most likely the server was stopped between its response and that timer, armed it on waking and
+    read the request."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with open(f"/proc/{pid}/wchan") as wchan:
