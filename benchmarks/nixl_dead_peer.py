@@ -29,28 +29,18 @@ import subprocess
 import sys
 import time
 
+from _nixl_raw import BASE_ENV, raw_agent
+
 SETTINGS = {"default": {}, "cache_off": {"UCX_CUDA_IPC_CACHE": "n"}, "pinned": {"UCX_CUDA_IPC_CACHE": "n"},
             "pinned_unreleased": {"UCX_CUDA_IPC_CACHE": "n"}}
 PINNED = ("pinned", "pinned_unreleased")
-BASE_ENV = {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y", "NIXL_LOG_LEVEL": "WARN"}  # launch's setting for same-host READ
 SETTLE_S = 3.0  # after each step, before the memory is read
-
-
-def _agent(name: str, env: dict, device: str = "cpu"):  # noqa: ANN202
-    os.environ.update(BASE_ENV, **env)
-    if device == "cuda":  # a current CUDA context before the agent, as in vLLM's worker (NIXL's memory views need it)
-        import torch
-
-        torch.zeros(1, device="cuda")
-    import nixl._api as api
-
-    return api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=True, backends=["UCX"]))
 
 
 def target(conn, env: dict, nbytes: int, device: str) -> None:  # noqa: ANN001
     import torch
 
-    agent = _agent("target", env)
+    agent = raw_agent("target", env)
     buf = torch.full((nbytes,), 7, dtype=torch.uint8, device=device)
     agent.register_memory(buf)
     conn.send((agent.get_agent_metadata(), buf.data_ptr(), os.getpid()))
@@ -63,7 +53,7 @@ def initiator(conn, env: dict, nbytes: int, device: str, is_pinned: bool = False
     import numpy as np
     import torch
 
-    agent = _agent("initiator", env, device)
+    agent = raw_agent("initiator", env, device)
     buf = torch.zeros(nbytes, dtype=torch.uint8, device=device)
     kind = "VRAM" if device == "cuda" else "DRAM"
     agent.register_memory(buf)

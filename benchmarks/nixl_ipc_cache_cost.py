@@ -44,31 +44,21 @@ import statistics
 import sys
 import time
 
+from _nixl_raw import BASE_ENV, raw_agent
+
 SETTINGS = {"cache_on": {}, "cache_off": {"UCX_CUDA_IPC_CACHE": "n"}, "pinned": {"UCX_CUDA_IPC_CACHE": "n"}}
 PEERS = ("first", "later")
 DECOY_BYTES = 1 << 20
 PIN_BYTES = 1  # the plugin's view: one byte at each region's base opens the whole allocation behind it
-BASE_ENV = {"UCX_CUDA_IPC_ENABLE_GET_ZCOPY": "y", "NIXL_LOG_LEVEL": "WARN"}  # launch's setting for same-host READ
 WARMUP = 2
 LAYOUTS = ("one", "separate", "carved")
-
-
-def _agent(name: str, env: dict, device: str = "cpu"):  # noqa: ANN202
-    os.environ.update(BASE_ENV, **env)
-    if device == "cuda":  # a current CUDA context before the agent, as in vLLM's worker (NIXL's memory views need it)
-        import torch
-
-        torch.zeros(1, device="cuda")
-    import nixl._api as api
-
-    return api.nixl_agent(name, api.nixl_agent_config(enable_prog_thread=True, backends=["UCX"]))
 
 
 def target(conn, env: dict, device: str, read_bytes: int, layout: str, regions: int,  # noqa: ANN001
            name: str = "target") -> None:
     import torch
 
-    agent = _agent(name, env, device)
+    agent = raw_agent(name, env, device)
     size = 4 * read_bytes // regions
     if layout == "separate":  # an allocation a region: vLLM's KV cache tensors
         bufs = [torch.full((size,), 7, dtype=torch.uint8, device=device) for _ in range(regions)]
@@ -97,7 +87,7 @@ def initiator(conn, env: dict, device: str, counts: list[int], repeats: int,  # 
     import numpy as np
     import torch
 
-    agent = _agent("initiator", env, device)
+    agent = raw_agent("initiator", env, device)
     kind = "VRAM" if device == "cuda" else "DRAM"
     buf = torch.zeros(4 * read_bytes, dtype=torch.uint8, device=device)
     agent.register_memory(buf)
