@@ -10,8 +10,8 @@ load (3 clients back to back, every other request streamed, prompts from a pool 
 phase's last kill, then pauses until launch has brought every role back and the surviving engines' KV usage is idle
 (or the lease + 10 s). The model is the trained recall model unless `--model` names another. With
 `--router vllm-router` the same deployment runs behind vLLM's router (the router extra), as a second table. On CUDA:
-`--device cuda --model /tmp/m60 --engine '{"max_model_len": 34816, "enforce_eager": true}'` (benchmarks/h200.sh
-chaos). Prints one table per front end and writes every count, KV sample and restart event as JSON; a run that stops
+`--device cuda --model /tmp/m60 --engine '{"max_model_len": 34816}'` (benchmarks/h200.sh chaos: launch's CUDA
+defaults otherwise, so CUDA graphs and vLLM's own GDN prefill). Prints one table per front end and writes every count, KV sample and restart event as JSON; a run that stops
 in a phase (a role that never came back) still reports the phases before it, with the reason. Every OK answer is
 judged against prefill's own greedy answer to its prompt (core/chaos/reference.py, validate's near-tie rules):
 "wrong" counts those that are not it (HTTP 200 with another answer), and its goal is 0.
