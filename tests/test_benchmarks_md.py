@@ -175,8 +175,11 @@ def test_no_file_under_benchmarks_is_named_for_a_work_item() -> None:
 
 
 def test_each_script_names_its_command_and_the_section_it_feeds() -> None:
-    scripts = sorted(p for p in (ROOT / "benchmarks").iterdir() if p.suffix in (".py", ".sh"))
+    files = sorted(p for p in (ROOT / "benchmarks").iterdir() if p.suffix in (".py", ".sh"))
+    scripts = [p for p in files if not p.name.startswith("_")]
     assert scripts
+    for helper in (p for p in files if p.name.startswith("_")):  # imported by scripts, never run: used by one
+        assert any(f"from {helper.stem} import" in p.read_text() for p in scripts), f"{helper.name}: no script uses it"
     for path in scripts:
         head = " ".join(line.lstrip("# ") for line in path.read_text().splitlines()[:4])
         m = re.search(r'BENCHMARKS\.md, "([^"]+)"', head)
