@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from _ports import free_ports
 from _run_groups import kill_run_groups
 
 from hybridserve.core.common.fault_kind import FAULT_FILE_ENV
@@ -55,25 +55,14 @@ class Launched:
                           engine_logs=(self.run_dir / "prefill-0.log", self.run_dir / "decode-0.log"))
 
 
-def _free_ports(host: str, n: int) -> list[int]:
-    """n distinct free ports of `host`: every socket stays bound until all are picked (one at a time, the kernel
-    may hand the same port out twice, and launch refuses a topology that names a port twice)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for sock in socks:
-            sock.bind((host, 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def topology_yaml(fault_file: Path, model: Path = RECALL_MODEL_DIR, max_model_len: int = 4096,
                   proxy_timeout_s: int = 30, engine: dict | None = None, env: dict | None = None) -> str:
     """`engine`: more topology engine keys (kv_lease_s, max_num_seqs); `env`: more environment for both engines."""
     p, d = "127.0.0.2", "127.0.0.3"
-    (p_port, p_side), (d_port, d_side) = _free_ports(p, 2), _free_ports(d, 2)
-    proxy_port = _free_ports("127.0.0.1", 1)[0]
+    (p_port, p_side), (d_port, d_side) = free_ports(p, 2), free_ports(d, 2)
+    proxy_port = free_ports("127.0.0.1", 1)[0]
     keys = {"async_scheduling": True, "max_model_len": max_model_len, **(engine or {})}
     more = "".join(f", {k}: '{v}'" for k, v in (env or {}).items())
     return (f"model: {model}\ndevice: cpu\nengine: {json.dumps(keys)}\n"

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from _ports import free_port
 from _run_groups import kill_run_groups
 
 from hybridserve.core.common.errors import CouldNotRunError
@@ -108,7 +109,7 @@ def test_a_role_that_exits_early_is_named_with_its_log(tmp_path):
 
 
 def test_a_role_that_never_answers_times_out(tmp_path):
-    role = start_role(_command("silent", "import time; time.sleep(60)", port=_free_port()), tmp_path)
+    role = start_role(_command("silent", "import time; time.sleep(60)", port=free_port()), tmp_path)
     try:
         with pytest.raises(CouldNotRunError, match="silent not healthy after 1 s"):
             wait_healthy([role], timeout_s=1, poll_s=0.2)
@@ -116,10 +117,6 @@ def test_a_role_that_never_answers_times_out(tmp_path):
         stop_roles([role], grace_s=2)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
@@ -128,7 +125,7 @@ LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", 
 def _launch_proxy(tmp_path: Path, *more: str, **popen) -> tuple[subprocess.Popen, int, int]:
     """`launch --role proxy` (no vLLM: seconds); returns the launcher, the proxy's port and its pid."""
     pytest.importorskip("uvicorn", reason="needs the cpu or cuda extra")
-    port = _free_port()
+    port = free_port()
     launcher = subprocess.Popen([*LAUNCH, "--role", "proxy", "--json", "--base-port", str(port), "--run-dir",
                                  str(tmp_path / "runs"), "--timeout", "60", *more],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -214,7 +211,7 @@ with started(types.SimpleNamespace(commands=(command,), engine_key_file=None), P
 
 
 def test_roles_and_their_children_die_with_a_sigkilled_launcher(tmp_path):
-    port = _free_port()
+    port = free_port()
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(port), SERVER_WITH_CHILD, str(tmp_path)],
                                 stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
@@ -241,7 +238,7 @@ def test_roles_and_their_children_die_with_a_sigkilled_launcher(tmp_path):
 
 def test_a_later_launch_names_the_stale_run_holding_its_port(tmp_path):
     """A run folder whose role still holds the port (its launcher is gone): the refusal says how to clear it."""
-    port = _free_port()
+    port = free_port()
     run_dir = tmp_path / "runs" / "20260101-000000-all"
     run_dir.mkdir(parents=True)
     (run_dir / "plan.json").write_text("[]")

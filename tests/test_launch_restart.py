@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from _ports import free_port
 from _run_groups import kill_run_groups
 from test_launch_process import _read_json
 
@@ -48,10 +48,6 @@ http.server.ThreadingHTTPServer(("127.0.0.1", port), Health).serve_forever()
 FAST = RestartLimits(max_restarts=2, first_backoff_s=0.1, max_backoff_s=0.2, check_every_s=0.2, check_timeout_s=1.0)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def test_backoff_doubles_up_to_the_cap_and_old_failures_are_forgotten():
@@ -73,7 +69,7 @@ def test_restart_policy_is_parsed_once_and_a_wrong_one_named():
 def _roles(tmp_path: Path, *servers: tuple[str, Role, int, float]) -> StartedRoles:
     roles = StartedRoles(tmp_path, Guard())
     for name, role, status, live_s in servers:
-        port = _free_port()
+        port = free_port()
         roles.start(RoleCommand(name=name, role=role, argv=(sys.executable, "-c", SERVER, str(port), str(status),
                                                                 str(live_s)), env=(), host="127.0.0.1", port=port))
     deadline = time.monotonic() + 30  # as launch: the watch begins once every role answered
@@ -141,7 +137,7 @@ def test_a_silent_engine_is_busy_until_hung_checks_then_restarted(tmp_path):
     first = roles[0].popen.pid
     try:
         assert health_answer(roles[0].command.url, timeout_s=0.3) == SLOW
-        assert health_answer(f"http://127.0.0.1:{_free_port()}", timeout_s=0.3) is None  # nothing there
+        assert health_answer(f"http://127.0.0.1:{free_port()}", timeout_s=0.3) is None  # nothing there
         quick = replace(FAST, check_timeout_s=0.2)
         _serve_for(RoleWatch(roles, limits=replace(quick, hung_checks=1000), start_timeout_s=1.5), 1.5)
         assert read_events(tmp_path) == [] and roles[0].popen.pid == first  # 3+ silent checks: still serving
@@ -168,7 +164,7 @@ def _wait(predicate, seconds: float) -> bool:  # noqa: ANN001
 
 def test_launch_restarts_a_killed_proxy_by_default_and_still_stops_everything_on_sigterm(tmp_path):
     pytest.importorskip("uvicorn", reason="needs the cpu or cuda extra")
-    port = _free_port()
+    port = free_port()
     launcher = subprocess.Popen([*LAUNCH, "--role", "proxy", "--json", "--base-port", str(port), "--run-dir",
                                  str(tmp_path / "runs"), "--timeout", "60"], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -200,7 +196,7 @@ def test_a_restart_that_fails_to_start_names_vllms_root_cause(tmp_path):
     peer; the restart event says so, from the engine core's error line, not from the log's last lines."""
     from test_start_failure import FAILED_START
 
-    marker, port = tmp_path / "ran", _free_port()
+    marker, port = tmp_path / "ran", free_port()
     script = (f"import os, sys\nif os.path.exists({str(marker)!r}):\n    sys.stdout.write({FAILED_START!r}); "
               f"sys.exit(1)\nopen({str(marker)!r}, 'w').close()\nsys.argv = ['s', '{port}', '200', '1.5']\n"
               f"exec(compile({SERVER!r}, 'server', 'exec'))\n")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import textwrap
 import tomllib
 from pathlib import Path
@@ -13,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 from typer.testing import CliRunner
+
+from _ports import free_base_port
 
 from hybridserve.cli.app import app
 from hybridserve.core.launch.plan import Role, make_launch_plan
@@ -118,23 +119,8 @@ def _router(topology):  # noqa: ANN001
     return replace(topology, proxy=replace(topology.proxy, kind=ProxyKind.VLLM_ROUTER))
 
 
-def _free_base_port() -> int:
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = sock.getsockname()[1] % 20000 + 20000
-        if all(_is_free(base + d) for d in (0, 50, 100, 150, 200, 250)):
-            return base
-    raise RuntimeError("no free base port")
 
 
-def _is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.mark.slow
@@ -148,7 +134,7 @@ def test_a_completion_is_served_through_vllm_router_with_a_nixl_transfer(tmp_pat
 
     from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX
 
-    base = _free_base_port()
+    base = free_base_port((0, 50, 100, 150, 200, 250))
     with launched(tmp_path, ["--role", "all", "--router", "vllm-router", "--base-port", str(base)]) as started:
         body = {"model": "tiny-qwen3.5", "prompt": "hello world " * 40, "max_tokens": 5, "temperature": 0.0,
                 "ignore_eos": True}

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 from pathlib import Path
 
 import httpx
 import pytest
+
+from _ports import free_base_port
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.model_form import ensure_wrapped, has_weights, needs_wrapper, wrapped_dir
@@ -72,24 +73,8 @@ def test_a_start_without_weights_needs_the_dummy_load_format(tmp_path):
     check_weights(_plan(TINY_MODEL_DIR, ()))  # the folder with weights needs nothing
 
 
-def _free_base_port() -> int:
-    """A base port whose +200 (single's HTTP port) and +250 (its side channel) are free now."""
-    for _ in range(50):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            base = sock.getsockname()[1] % 20000 + 20000
-        if all(_is_free(base + d) for d in (0, 200, 250)):
-            return base
-    raise RuntimeError("no free base port")
 
 
-def _is_free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.mark.slow
@@ -99,7 +84,7 @@ def test_vllm_cpu_serves_a_weightless_folder_with_dummy_weights(tmp_path):
     from _launch_cli import launched
 
     model = weightless_copy(tmp_path / "weightless")
-    args = ["--role", "single", "--model", str(model), "--base-port", str(_free_base_port()),
+    args = ["--role", "single", "--model", str(model), "--base-port", str(free_base_port((0, 200, 250))),
             "--", "--load-format", "dummy"]
     with launched(tmp_path, args) as started:
         url = started.endpoints["single-0"]
