@@ -167,23 +167,7 @@ def _targets(deployment: str, baseline: str, control: str | None, metrics: list[
 
 
 def _run_with_progress(request):  # noqa: ANN001, ANN202
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from hybridserve.cli.phase_progress import run_with_phase_progress
     from hybridserve.core.bench.run import bench
-    from hybridserve.core.common.errors import CouldNotRunError
-    from hybridserve.core.launch.supervisor import Stop, stop_on_signals
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True) as progress:
-        tasks: dict[str, int] = {}
-
-        def on_progress(what: str, done: int, total: int) -> None:
-            if what not in tasks:
-                tasks[what] = progress.add_task(what, total=total)
-            progress.update(tasks[what], completed=done)
-
-        try:
-            with stop_on_signals():  # SIGTERM/SIGHUP unwind like Ctrl-C: started servers are stopped
-                return bench(request, on_progress)
-        except Stop as stop:
-            raise CouldNotRunError(f"stopped by {stop} before the results") from None
+    return run_with_phase_progress(lambda on_progress: bench(request, on_progress), before="the results")

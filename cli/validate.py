@@ -141,24 +141,8 @@ def command(
 
 
 def _run_with_progress(request):  # noqa: ANN001, ANN202
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from hybridserve.cli.phase_progress import run_with_phase_progress
     from hybridserve.core.validate import validate
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=err_console, transient=True) as progress:
-        tasks: dict[str, int] = {}
-
-        def on_progress(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = progress.add_task(f"{phase} (starting / sending)", total=total)
-            progress.update(tasks[phase], completed=done, description=phase)
-
-        from hybridserve.core.common.errors import CouldNotRunError
-        from hybridserve.core.launch.supervisor import Stop, stop_on_signals
-
-        try:
-            with stop_on_signals():  # SIGTERM/SIGHUP unwind like Ctrl-C: started servers are stopped
-                return validate(request, on_progress)
-        except Stop as stop:
-            raise CouldNotRunError(f"stopped by {stop} before the verdict") from None
+    return run_with_phase_progress(lambda on_progress: validate(request, on_progress), before="the verdict",
+                                   starting=" (starting / sending)")
