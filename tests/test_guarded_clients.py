@@ -4,13 +4,11 @@ the candidate (validate) or the deployment (bench) only; the baseline and the sc
 
 import json
 import random
-import socket
-import threading
-import time
 
 import pytest
 from typer.testing import CliRunner
 
+from _app_threads import served_apps
 from hybridserve.cli.app import app
 
 KEY = "front-key-0123456789abcdef"
@@ -44,27 +42,10 @@ def fake_app(guarded: bool, seen: list):
 
 @pytest.fixture(scope="module")
 def servers():
-    uvicorn = pytest.importorskip("uvicorn")
-    found, handles = {}, []
-    for name in ("open", "guarded"):
-        seen: list = []
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
-        server = uvicorn.Server(uvicorn.Config(fake_app(name == "guarded", seen), host="127.0.0.1", port=port,
-                                               log_level="error"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        found[name] = (f"http://127.0.0.1:{port}", seen)
-        handles.append((server, thread))
-    yield found
-    for server, thread in handles:
-        server.should_exit = True
-        thread.join(timeout=10)
+    pytest.importorskip("uvicorn")
+    seen: dict[str, list] = {"open": [], "guarded": []}
+    with served_apps({name: fake_app(name == "guarded", seen[name]) for name in seen}) as urls:
+        yield {name: (urls[name], seen[name]) for name in seen}
 
 
 def validate(servers, tmp_path, *extra):

@@ -2,13 +2,11 @@
 verdict, and the CLI end to end against fake OpenAI-compatible servers that answer token-id prompts."""
 
 import json
-import socket
-import threading
-import time
 
 import pytest
 from typer.testing import CliRunner
 
+from _app_threads import served_apps
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import CouldNotRunError, InputError
 from hybridserve.core.validate.client import Completion
@@ -107,25 +105,9 @@ def fake_app(mode):
 
 @pytest.fixture(scope="module")
 def servers():
-    uvicorn = pytest.importorskip("uvicorn")
-    urls, handles = {}, []
-    for mode in ("base", "ref", "tie", "diverge", "moved"):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
-        server = uvicorn.Server(uvicorn.Config(fake_app(mode), host="127.0.0.1", port=port, log_level="error"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        urls[mode] = f"http://127.0.0.1:{port}"
-        handles.append((server, thread))
-    yield urls
-    for server, thread in handles:
-        server.should_exit = True
-        thread.join(timeout=10)
+    pytest.importorskip("uvicorn")
+    with served_apps({mode: fake_app(mode) for mode in ("base", "ref", "tie", "diverge", "moved")}) as urls:
+        yield urls
 
 
 def cli(servers, candidate, tmp_path, *, as_json=True):

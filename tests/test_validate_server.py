@@ -4,11 +4,8 @@ The fake "model" answers the synthetic prompts correctly and can be told to dive
 clear margin (a regression), wrong words at a near-tie (forgiven), or shifted logprobs (drift).
 """
 
-import socket
 from collections import Counter
 from dataclasses import replace
-import threading
-import time
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -17,6 +14,7 @@ from typer.testing import CliRunner
 fastapi = pytest.importorskip("fastapi")
 uvicorn = pytest.importorskip("uvicorn")
 
+from _app_threads import served_apps  # noqa: E402
 from hybridserve.cli.app import app  # noqa: E402
 from hybridserve.core.common.errors import CouldNotRunError, InputError  # noqa: E402
 from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate  # noqa: E402
@@ -58,25 +56,8 @@ def fake_app(mode: str):
 @pytest.fixture(scope="module")
 def servers():
     """One fake server per mode, each on a free port; stopped at the end of the module."""
-    urls, handles = {}, []
-    for mode in ("good", "diverge", "moved", "flat", "drift", "error"):
-        sock = socket.socket()
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        sock.close()
-        server = uvicorn.Server(uvicorn.Config(fake_app(mode), host="127.0.0.1", port=port, log_level="error"))
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 20
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert server.started, f"fake server {mode} did not start"
-        urls[mode] = f"http://127.0.0.1:{port}"
-        handles.append((server, thread))
-    yield urls
-    for server, thread in handles:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with served_apps({mode: fake_app(mode) for mode in ("good", "diverge", "moved", "flat", "drift", "error")}) as urls:
+        yield urls
 
 
 def run(base_url, cand_url, num=16):
