@@ -32,6 +32,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hybridserve.core.chaos.run import ChaosResult, ChaosSpec, parse_phase, run_chaos
+from hybridserve.core.common.atomic_file import write_text
 
 COLUMNS = ("kill", "decode alive", "sent", "ok", "wrong", "retried", "fell back", "failed", "unexcused", "lost",
            "refused", "first ok s", "restart s", "KV idle s", "goals")
@@ -115,9 +116,7 @@ def main(argv: list[str]) -> int:
         everything.append(as_dict(router, result))
         all_met = all_met and all(r.is_met for r in result.rows) and not result.left_running and not result.error
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(everything, indent=1) + "\n")
-    tmp.rename(args.out)
+    write_text(args.out, json.dumps(everything, indent=1) + "\n")
     if args.json:
         print(json.dumps(everything))
     else:

@@ -31,6 +31,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from hybridserve.core.common.atomic_file import write_text
 from hybridserve.core.chaos import stall
 from hybridserve.core.chaos.burst import count_refused, send_burst, tally_burst
 from hybridserve.core.chaos.load import Load
@@ -170,9 +171,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     out = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1) + "\n")
-    tmp.rename(args.out)
+    write_text(args.out, json.dumps(out, indent=1) + "\n")
     if args.json:
         print(json.dumps(out))
     else:

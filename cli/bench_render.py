@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from hybridserve.core.bench.client_stats import ClientSummary
 from hybridserve.core.bench.prediction import FIRST_REQUEST, FRESH_ASSUMPTION, Prediction
 from hybridserve.core.bench.run import BenchReport, PhaseResult
 from hybridserve.core.bench.server_metrics import NixlStats
+from hybridserve.core.common.atomic_file import write_text
 
 
 def _ms(value: float | None) -> str:
@@ -185,8 +184,4 @@ def _phase_dict(phase: PhaseResult, num_gpus: int | None = None) -> dict[str, An
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     """Written to a temporary file beside `path`, then renamed: never half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_text(path, json.dumps(data, indent=2, default=str))

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
+from hybridserve.core.common.atomic_file import replaced_on_success
 from hybridserve.core.common.errors import MissingExtraError
 from hybridserve.kernels.tuned_profile import TunedProfile
 
@@ -38,8 +37,8 @@ def write_plot(profile: TunedProfile, path: Path) -> None:
     axes[0][-1].legend()
     fig.suptitle(f"GDN prefill, {profile.model}, {profile.dtype}, {profile.gpu}", fontsize=9)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with replaced_on_success(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110)
+    finally:
+        plt.close(fig)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import enum
-import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hybridserve.core.common.atomic_file import write_text
 from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.errors import InputError
 from hybridserve.kernels.backend import KnobSetting, knob_label
@@ -99,14 +98,7 @@ def to_dict(profile: TunedProfile) -> dict:
 
 def write_profile(profile: TunedProfile, path: Path) -> None:
     """Written to a temporary file beside `path`, then renamed: never half-written."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            yaml.safe_dump(to_dict(profile), fh, sort_keys=False, width=120)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text(path, yaml.safe_dump(to_dict(profile), sort_keys=False, width=120))
 
 
 def _choice(raw: dict) -> Choice:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from hybridserve.core.common.atomic_file import replaced_on_success
 from hybridserve.transfer.bench import BenchResult
 
 
@@ -69,13 +68,8 @@ def write_png(results: list[BenchResult], path: Path) -> None:
         ax.legend(fontsize=7)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private
-        os.replace(tmp, path)
+        with replaced_on_success(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.remove(tmp)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from hybridserve.core.bench.run import BenchReport
+from hybridserve.core.common.atomic_file import replaced_on_success
 from hybridserve.core.common.errors import MissingExtraError
 
 _PERCENTILES = ("p50", "p90", "p99")
@@ -43,13 +42,8 @@ def write_png(report: BenchReport, path: Path) -> None:
         row[0].set_title(work.spec.name, fontsize=8)
         row[1].legend(fontsize=7)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        with replaced_on_success(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from hybridserve.core.common.atomic_file import write_text
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.validate.client import Completion
 
@@ -35,7 +34,4 @@ def write_completions(path: Path, report: Any) -> None:
     path = Path(path)
     if not path.parent.is_dir():
         raise InputError(f"--save-completions {path}: no folder {path.parent}; accepted: a file in an existing folder")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as out:
-        json.dump(completions_dict(report), out)
-    os.replace(tmp, path)
+    write_text(path, json.dumps(completions_dict(report)))

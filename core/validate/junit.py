@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from hybridserve.core.common.atomic_file import write_bytes
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.validate.verdict import Verdict
 
@@ -34,11 +33,4 @@ def write_junit(path: Path, verdict: Verdict, *, suite_name: str, elapsed_s: flo
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"--junit {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_bytes(path, data)
