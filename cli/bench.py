@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
-from hybridserve.cli.options import JsonOpt
+from hybridserve.cli.options import JsonOpt, StartedDeviceOpt, StartedEagerOpt, StartedGdnBackendOpt
 
 _TARGET = "URL of an OpenAI-compatible server, or a configuration bench starts: single-sync, single-async, pd-async, pd-sync"
 
@@ -50,16 +50,13 @@ def command(
                                                       "vocab_size).")] = None,
     fault: Annotated[Optional[str], typer.Option(help="Arm a fault in a started deployment's decode server "
                                                  "(tests): slow_decode, ...")] = None,
-    device: Annotated[str, typer.Option(help="Where started configurations run: cpu or cuda (as launch).")] = "cpu",
+    device: StartedDeviceOpt = "cpu",
     max_model_len: Annotated[Optional[int], typer.Option(help="vLLM --max-model-len of started servers (default: "
                                                          "launch's: CUDA the model's, CPU 2048).")] = None,
     max_num_seqs: Annotated[Optional[int], typer.Option(help="vLLM --max-num-seqs of started servers (default: "
                                                         "launch's: CUDA vLLM's, CPU 8).")] = None,
-    gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend of started "
-                                                               "servers.")] = None,
-    enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager", show_default=False,
-                                                         help="Started servers skip torch.compile and CUDA graphs. "
-                                                         "Default: as launch (CPU on, CUDA off).")] = None,
+    gdn_prefill_backend: StartedGdnBackendOpt = None,
+    enforce_eager: StartedEagerOpt = None,
     allow_unlike: Annotated[bool, typer.Option("--allow-unlike", metavar="", help="Measure targets whose engine "
                                                "settings differ (marked above every number) instead of refusing.")] = False,
     gpus: Annotated[Optional[list[str]], typer.Option(help="GPUs a URL target holds, for tokens/s per GPU and its "

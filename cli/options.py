@@ -14,6 +14,14 @@ DtypeOpt = Annotated[str, typer.Option(help="auto, bfloat16, float16 or float32.
 # verify/tune: `--tp 1 2 4 8`; the values after the first arrive as extra arguments (see `trailing_values`).
 TpsOpt = Annotated[Optional[list[int]], typer.Option("--tp", help="TP sizes: --tp 1 2 4 8 (default: 1 2 4 8).")]
 DEFAULT_TPS = (1, 2, 4, 8)
+# bench and validate: the servers they start themselves, as launch starts them
+StartedDeviceOpt = Annotated[str, typer.Option("--device", help="Where started configurations run: cpu or cuda (as "
+                                               "launch).")]
+StartedGdnBackendOpt = Annotated[Optional[str], typer.Option("--gdn-prefill-backend", help="vLLM "
+                                                             "--gdn-prefill-backend of started servers.")]
+StartedEagerOpt = Annotated[Optional[bool], typer.Option(
+    "--enforce-eager/--no-enforce-eager", show_default=False,
+    help="Started servers skip torch.compile and CUDA graphs (faster start). Default: as launch (CPU on, CUDA off).")]
 
 
 def trailing_values(tp: list[int] | None, extra: list[str], *,

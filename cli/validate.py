@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
-from hybridserve.cli.options import JsonOpt
+from hybridserve.cli.options import JsonOpt, StartedDeviceOpt, StartedEagerOpt, StartedGdnBackendOpt
 from hybridserve.core.common.errors import CheckFailedError, InputError
 
 Limit = Optional[float]
@@ -58,13 +58,9 @@ def command(
                                                              "top-k) of each side to this JSON file.")] = None,
     api_key_file: Annotated[Optional[Path], typer.Option(help="The candidate's front key (launch --api-key-file), "
                                                          "sent to it only.")] = None,
-    device: Annotated[str, typer.Option(help="Where started configurations run: cpu or cuda (as launch).")] = "cpu",
-    gdn_prefill_backend: Annotated[Optional[str], typer.Option(help="vLLM --gdn-prefill-backend of started "
-                                                               "configurations.")] = None,
-    enforce_eager: Annotated[Optional[bool], typer.Option(
-        "--enforce-eager/--no-enforce-eager", show_default=False,
-        help="Started servers skip torch.compile and CUDA graphs (faster start). Default: as launch (CPU on, CUDA "
-        "off).")] = None,
+    device: StartedDeviceOpt = "cpu",
+    gdn_prefill_backend: StartedGdnBackendOpt = None,
+    enforce_eager: StartedEagerOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Send the same prompts to a baseline and a candidate (greedy, logprobs) and judge the candidate.
