@@ -13,7 +13,7 @@ from pathlib import Path
 @contextlib.contextmanager
 def replaced_on_success(path: Path, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path beside `path` for the body to write; renamed onto `path` if the body ends without an error,
-    removed if not. The file gets mode 0644, as a plain write leaves it (mkstemp's file is private)."""
+    removed if not. The file gets mode 0644, readable by others as results are meant to be (mkstemp's is 0600)."""
     path = Path(path)
     fd, name = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.", suffix=suffix)
     os.close(fd)
