@@ -68,20 +68,12 @@ def machine(args: argparse.Namespace) -> dict:
         return {"device": "cpu", "model": str(ROOT / "profiles/tiny-qwen3.5"), "workloads": args.workloads or
                 ["long-cpu", "chat-cpu"], "kv": None, "unit": "one CPU core", "limits": (8, 2048, 2048),
                 "rates": args.rates, "cell_s": 60}
+    from hybridserve.core.launch.gpu_memory import gpu_name
+
     kv = os.environ.get("HS_EQ_KV", "12g" if args.set == "1p1d" else "5g")
     return {"device": "cuda", "model": args.model or M60, "workloads": args.workloads or ["long", "chat"], "kv": kv,
-            "unit": f"{gpu_name()}, {100 // units(args.set)} % of the SMs (MPS) and {kv} of KV cache",
+            "unit": f"{gpu_name(0) or 'GPU'}, {100 // units(args.set)} % of the SMs (MPS) and {kv} of KV cache",
             "limits": (1024, 8192, 34816), "rates": args.rates, "cell_s": 45}
-
-
-def gpu_name() -> str:
-    """GPU 0's name as nvidia-smi gives it ("GPU" where there is none: a dry run), for the profile's unit."""
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", "0"],
-                             capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return "GPU"
-    return out.stdout.strip() or "GPU" if out.returncode == 0 else "GPU"
 
 
 def units(set_name: str) -> int:
