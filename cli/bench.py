@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from hybridserve.cli.console import err_console, out_console, print_json
+from hybridserve.cli.console import out_console, print_json
 from hybridserve.cli.options import JsonOpt, StartedDeviceOpt, StartedEagerOpt, StartedGdnBackendOpt
 
 _TARGET = "URL of an OpenAI-compatible server, or a configuration bench starts: single-sync, single-async, pd-async, pd-sync"

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from hybridserve.cli.console import err_console, out_console, print_json
+from hybridserve.cli.console import out_console, print_json
 from hybridserve.cli.options import JsonOpt, StartedDeviceOpt, StartedEagerOpt, StartedGdnBackendOpt
 from hybridserve.core.common.errors import CheckFailedError, InputError
 
