@@ -72,6 +72,14 @@ class LeaseBook:
             if lease.engine_id == engine_id and lease.remote_id in remote_ids:
                 lease.deadline = extended(lease.deadline, [(t0, t1)], self.extension_s)
 
+    def heard(self, engine_id: str, remote_id: str, now: float) -> str:
+        """What the book holds of a request's heartbeats, for a refusal's log line."""
+        kept = self.rounds.get((engine_id, remote_id), [])
+        if not kept:
+            return "no heartbeat sent for it"
+        return (f"{len(kept)} heartbeat(s) kept for it, the first {now - kept[0][0]:.2f} s and the last "
+                f"{now - kept[-1][0]:.2f} s before")
+
     def deadline(self, req_id: str) -> float | None:
         lease = self.leases.get(req_id)
         return None if lease is None else lease.deadline

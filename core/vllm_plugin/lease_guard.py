@@ -107,9 +107,11 @@ def patch_worker(cls: Any) -> None:
             if first is None:
                 return read(self, req_id, meta)
             deadline = book.track(req_id, remote.engine_id, remote.request_id, first)
-        late = time.perf_counter() - deadline
+        now = time.perf_counter()
+        late = now - deadline
         if late >= 0:
-            _refuse(self, req_id, f"its lease ran out {late:.2f} s before the READ would begin")
+            _refuse(self, req_id, f"its lease ran out {late:.2f} s before the READ would begin "
+                    f"({book.heard(remote.engine_id, remote.request_id, now)})")
             self._recving_transfers.setdefault(req_id, [])  # reported done at the next poll, nothing read
             return None
         return read(self, req_id, meta)
