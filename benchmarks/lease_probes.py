@@ -57,8 +57,9 @@ def probes(args: argparse.Namespace, endpoints: dict, run_dir: Path) -> dict[str
                                                   lease_s=args.lease_s))
         out["late decode hop"].append(stall.late_decode_hop(prefill, endpoints["decode-0"], plain, ref,
                                                             lease_s=args.lease_s))
-    queued, long_s = stall.queued_past_lease(endpoints["proxy"], with_logprobs, ref, long_max_tokens=2000)
-    out[f"queued {long_s} s behind a long one"] = [queued]
+    queued = stall.queued_past_lease(endpoints["proxy"], with_logprobs, ref, long_max_tokens=2000,
+                                     decode_url=endpoints["decode-0"])
+    out[f"queued {queued.queue_s} s in decode's queue behind a long one ({queued.long_s} s)"] = [queued.result]
     return out
 
 

@@ -13,6 +13,7 @@ answer: what must never happen) or an error (a clear refusal).
 from __future__ import annotations
 
 import enum
+import json
 import os
 import signal
 import threading
@@ -21,6 +22,8 @@ from dataclasses import dataclass
 
 import httpx
 
+from hybridserve.core.bench.scrape import settled_scrape
+from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.validate.client import Completion, parse_completion
 from hybridserve.core.validate.judge import wrong_reason
 from hybridserve.core.validate.thresholds import Thresholds
@@ -153,22 +156,74 @@ def late_decode_hop(prefill_url: str, decode_url: str, probe: Probe, ref: Comple
     return judge(probe, ref, status, got, time.monotonic() - start)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Queued:
+    result: ProbeResult  # the queued probe's
+    long_s: float  # the long request's seconds, as its client saw them
+    queue_s: float | None  # the probe's time in decode's queue, by decode's own metrics (None without decode_url)
+
+
+QUEUE_TIME = ("vllm:request_queue_time_seconds_sum", None)  # vLLM's: arrival in the engine to first scheduled
+
+
 def queued_past_lease(proxy_url: str, probe: Probe, ref: Completion, *, long_max_tokens: int,
-                      head_start_s: float = 1.0) -> tuple[ProbeResult, float]:
-    """(the queued probe's result, the long request's seconds): the long request goes first, the probe
-    `head_start_s` later, so that it waits in decode's queue while the long one runs."""
+                      decode_url: str | None = None, decode_tokens: int = 2) -> Queued:
+    """A long request goes first, streamed; the probe is sent once `decode_tokens` of its tokens came after the first
+    (the proxy streams token 1 from prefill, core/proxy/first_token.py; the rest come from decode), so that it waits
+    in decode's queue while the long one runs (decode serving one sequence at a time). Tokens are counted, not
+    events: a busy vLLM API server merges a request's pending outputs into one event. A fixed head start did not
+    make sure of the order: on a loaded 2-core CI machine the probe once went first. With `decode_url`, decode's
+    queue time of the two requests (the long one's is nearly 0) is read from its /metrics before and after."""
     seconds: list[float] = []
+    decoding = threading.Event()
 
     def long_one() -> None:
-        start = time.monotonic()
-        ask(proxy_url, probe.body(max_tokens=long_max_tokens), probe.timeout_s)
-        seconds.append(time.monotonic() - start)
+        start, tokens = time.monotonic(), 0
+        try:
+            with httpx.stream("POST", f"{proxy_url}/v1/completions", timeout=probe.timeout_s,
+                              json=probe.body(max_tokens=long_max_tokens, stream=True)) as response:
+                for line in response.iter_lines():
+                    tokens += _streamed_tokens(line)
+                    if tokens > decode_tokens:
+                        decoding.set()
+        except httpx.HTTPError:
+            pass
+        finally:
+            seconds.append(time.monotonic() - start)
+            decoding.set()  # the probe still goes (and is judged) if the long one failed or was short
 
+    before = _queue_time(decode_url)
     thread = threading.Thread(target=long_one, daemon=True)
     thread.start()
-    time.sleep(head_start_s)
+    decoding.wait(probe.timeout_s)
     start = time.monotonic()
     status, answer = ask(proxy_url, probe.body(), probe.timeout_s)
     result = judge(probe, ref, status, answer, time.monotonic() - start)
     thread.join(probe.timeout_s + 10)
-    return result, round(seconds[0], 2) if seconds else -1.0
+    after = _queue_time(decode_url)
+    return Queued(result=result, long_s=round(seconds[0], 2) if seconds else -1.0,
+                  queue_s=None if before is None or after is None else round(after - before, 2))
+
+
+def _streamed_tokens(line: str) -> int:
+    """The tokens one server-sent event of a completion carries (by its logprobs; else 1 for a text event)."""
+    if not line.startswith("data:") or line.strip() == "data: [DONE]":
+        return 0
+    try:
+        choice = json.loads(line[len("data:"):])["choices"][0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return 0
+    tokens = (choice.get("logprobs") or {}).get("tokens")
+    return len(tokens) if isinstance(tokens, list) else int(bool(choice.get("text")))
+
+
+def _queue_time(decode_url: str | None) -> float | None:
+    """Decode's summed queue time; read until still (vLLM's API server records a request's stats as its outputs
+    arrive, perhaps after the answer went out)."""
+    if decode_url is None:
+        return None
+    try:
+        with httpx.Client(timeout=10) as client:
+            return settled_scrape(client, (decode_url,), (QUEUE_TIME,)).get(QUEUE_TIME)
+    except CouldNotRunError:
+        return None
