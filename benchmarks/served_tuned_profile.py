@@ -241,10 +241,10 @@ def main(argv: list[str]) -> None:
               "comparison": compare(results["default"], results["tuned"])}
     if "control" in results:
         report["control_comparison"] = compare(results["default"], results["control"])
+    from hybridserve.core.common.atomic_file import write_text
+
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    tmp.rename(args.out)
+    write_text(args.out, json.dumps(report, indent=2))
     print(json.dumps(report["comparison"], indent=2))
 
 

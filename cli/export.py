@@ -12,6 +12,7 @@ import yaml
 
 from hybridserve.cli.console import err_console, out_console
 from hybridserve.cli.help import HelpCommand, HelpGroup
+from hybridserve.core.common import atomic_file
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
 from hybridserve.core.launch.topology import Device, FirstTokenSource
@@ -41,9 +42,7 @@ def _write(text: str, out: Path | None) -> None:
     if out is None:
         out_console.print(text, highlight=False, markup=False, soft_wrap=True, end="")
         return
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(text)
-    tmp.rename(out)
+    atomic_file.write_text(out, text)
     err_console.print(f"wrote {out}", highlight=False)
 
 

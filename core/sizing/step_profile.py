@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from hybridserve import profiles as _profiles_pkg
+from hybridserve.core.common import atomic_file
 from hybridserve.core.common.errors import InputError
 
 SCHEMA = "hybridserve.step-profile/1"
@@ -129,6 +130,4 @@ def profile_dict(profile: StepProfile) -> dict[str, Any]:
 
 
 def write_step_profile(profile: StepProfile, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(profile_dict(profile), sort_keys=False))
-    tmp.replace(path)
+    atomic_file.write_text(path, yaml.safe_dump(profile_dict(profile), sort_keys=False))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hybridserve import profiles as _profiles_pkg
+from hybridserve.core.common import atomic_file
 from hybridserve.core.common.errors import CouldNotRunError, InputError
 
 RECALL_MODEL_DIR = Path(_profiles_pkg.__file__).parent / "tiny-qwen3.5-recall"
@@ -102,9 +103,7 @@ class Deployment:
 
 
 def _write_switch(path: Path, fault: FaultKind | None) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(fault.value if fault else "")
-    tmp.replace(path)  # the plugin never reads half a name
+    atomic_file.write_text(path, fault.value if fault else "")  # the plugin never reads half a name
 
 
 def config_topology(config: Config, model: Path, base_port: int, num_cores: int, fault: FaultKind | None,
