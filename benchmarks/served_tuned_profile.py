@@ -157,14 +157,23 @@ def serve_and_measure(configs: dict, args: argparse.Namespace) -> tuple[dict, di
     side by side, stop them; the results and each server's plugin bucket lines."""
     from contextlib import ExitStack
 
+    from hybridserve.core.launch.gpu_memory import gpu_memory_bytes, gpu_name
     from hybridserve.core.launch.plan import Role, make_launch_plan
     from hybridserve.core.launch.runner import started
+    from hybridserve.core.launch.vllm_version import features_for, installed_vllm
+
+    # as launch plans an engine: the installed vLLM's command line; on CUDA the GPU's memory and name, for its
+    # context and sequence caps
+    gpu = {"gpu_memory_bytes": gpu_memory_bytes(0), "gpu_name": gpu_name(0)} if args.device == "cuda" else {}
+    vllm, warning = features_for(installed_vllm())
+    if warning:
+        print(f"[served_tuned_profile] {warning}", file=sys.stderr, flush=True)
 
     urls, logs = {}, {}
     with ExitStack() as stack:
         for name, topology in configs.items():
             print(f"[served_tuned_profile] {name}: starting", file=sys.stderr, flush=True)
-            plan = make_launch_plan(topology, Role.SINGLE)
+            plan = make_launch_plan(topology, Role.SINGLE, vllm=vllm, **gpu)
             stack.enter_context(started(plan, args.run_dir / name, timeout_s=args.start_timeout))
             urls[name] = plan.commands[0].url
             logs[name] = args.run_dir / name / f"{plan.commands[0].name}.log"
@@ -178,8 +187,10 @@ def topologies(args: argparse.Namespace):
     from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header
 
     device = Device.parse(args.device)
-    engine = EngineOptions(max_model_len=max(args.lengths) + 64, max_num_seqs=max(8, sum(args.mix)),
-                           gpu_memory_utilization=args.gpu_share)
+    # on CUDA launch's own sequence cap (the state blocks the share holds), as a user of launch gets it; the CPU
+    # smoke run keeps a small one
+    engine = EngineOptions(max_model_len=max(args.lengths) + 64, gpu_memory_utilization=args.gpu_share,
+                           max_num_seqs=None if device is Device.CUDA else max(8, sum(args.mix)))
     served = _servable(args.model, device)
     # the wrapped form is the multimodal class: vLLM 0.26 needs --language-model-only to skip the vision side (as
     # launch's placement.py passes)

@@ -137,3 +137,18 @@ def test_the_kernel_script_has_its_two_modes_and_refuses_none() -> None:
     assert (cost.mode, cost.tp, cost.shapes) == ("route-cost", 2, ["1x1024", "1x8192", "4x4096"])
     with pytest.raises(SystemExit):
         kernels.parse_args(["--out", "o"])
+
+
+@pytest.mark.parametrize("device, cap", [("cuda", None), ("cpu", 8)])
+def test_on_cuda_the_servers_take_launchs_own_sequence_cap(tmp_path, monkeypatch, device, cap) -> None:
+    """As users serve: no demo cap on CUDA (launch caps by the state blocks a share holds, seqs_fit.py); the CPU
+    smoke run keeps a small one."""
+    from hybridserve.core.launch import tuned
+
+    monkeypatch.setattr(tuned, "check_tuned_profile", lambda header, device: None)  # no H200 here
+    monkeypatch.setattr(bench, "_servable", lambda model, device: model)  # nor a wrapped copy of the model
+    args = argparse.Namespace(model=ROOT / "profiles" / "tiny-qwen3.5-recall", device=device, tp=1,
+                              lengths=[64, 512], mix=[4, 1], extra_arg=[], base_port=8000, gpu_share=0.4,
+                              profile=two_bucket_profile(tmp_path / "p.yaml"), control=True)
+    configs = bench.topologies(args)
+    assert {c.engine.max_num_seqs for c in configs.values()} == {cap}
