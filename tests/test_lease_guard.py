@@ -61,6 +61,15 @@ def test_heartbeats_every_step_are_kept_one_per_quarter_extension_which_only_mov
     assert kept <= extended(2.0, rounds, 2.0) and kept >= 60.0 - 0.5 + 2.0 - 0.01
 
 
+def test_a_refusal_says_what_heartbeats_the_book_kept_for_the_request():
+    book = LeaseBook(extension_s=EXT)
+    assert book.heard("P", "r1", 10.0) == "no heartbeat kept for it"
+    book.heartbeat("P", frozenset({"r1"}), 4.0, 4.1)
+    book.heartbeat("P", frozenset({"r1"}), 9.0, 9.1)
+    assert book.heard("P", "r1", 10.0) == "2 heartbeat(s) kept for it, the first 6.00 s and the last 1.00 s before"
+    assert book.heard("Q", "r1", 10.0) == "no heartbeat kept for it"  # another engine's r1
+
+
 def test_refusals_of_several_workers_merge():
     merged = RefusedLoads(frozenset({"a"})).aggregate(RefusedLoads(frozenset({"b"})))
     assert merged == RefusedLoads(frozenset({"a", "b"}))

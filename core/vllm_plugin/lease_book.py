@@ -76,7 +76,7 @@ class LeaseBook:
         """What the book holds of a request's heartbeats, for a refusal's log line."""
         kept = self.rounds.get((engine_id, remote_id), [])
         if not kept:
-            return "no heartbeat sent for it"
+            return "no heartbeat kept for it"
         return (f"{len(kept)} heartbeat(s) kept for it, the first {now - kept[0][0]:.2f} s and the last "
                 f"{now - kept[-1][0]:.2f} s before")
 
