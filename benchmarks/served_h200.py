@@ -272,7 +272,8 @@ def faults(args: argparse.Namespace, prof: dict) -> dict:
     compat = subprocess.run([sys.executable, "-m", "hybridserve.core.vllm_plugin.compat", "--json"],
                             capture_output=True, text=True)
     (args.out / "plugin_compat.json").write_text(compat.stdout or compat.stderr)
-    report: dict = {"compat_rc": compat.returncode, "schedulers": {n: schedulers(i) for n, i in state["deployments"].items()},
+    report: dict = {"compat_rc": compat.returncode,
+                    "schedulers": {n: schedulers(i) for n, i in state["deployments"].items()},
                     "runs": []}
     ways = {"prefill": found.get("pd"), "decode": found.get("pd-decode-first")}
     switch = STATE / "fault-pd"

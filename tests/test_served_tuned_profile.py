@@ -1,5 +1,6 @@
 """The CPU-testable parts of the H200 kernel benches: the 397B-geometry model maker, the tuned-vs-default serving
-comparison (benchmarks/served_tuned_profile.py) and the folded kernel script's arguments (benchmarks/kernels_h200.py)."""
+comparison (benchmarks/served_tuned_profile.py) and the folded kernel script's arguments
+(benchmarks/kernels_h200.py)."""
 
 from __future__ import annotations
 
