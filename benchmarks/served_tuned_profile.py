@@ -157,23 +157,18 @@ def serve_and_measure(configs: dict, args: argparse.Namespace) -> tuple[dict, di
     side by side, stop them; the results and each server's plugin bucket lines."""
     from contextlib import ExitStack
 
-    from hybridserve.core.launch.gpu_memory import gpu_memory_bytes, gpu_name
-    from hybridserve.core.launch.plan import Role, make_launch_plan
+    from hybridserve.core.launch.machine import machine_plan
+    from hybridserve.core.launch.plan import Role
     from hybridserve.core.launch.runner import started
-    from hybridserve.core.launch.vllm_version import features_for, installed_vllm
-
-    # as launch plans an engine: the installed vLLM's command line; on CUDA the GPU's memory and name, for its
-    # context and sequence caps
-    gpu = {"gpu_memory_bytes": gpu_memory_bytes(0), "gpu_name": gpu_name(0)} if args.device == "cuda" else {}
-    vllm, warning = features_for(installed_vllm())
-    if warning:
-        print(f"[served_tuned_profile] {warning}", file=sys.stderr, flush=True)
 
     urls, logs = {}, {}
     with ExitStack() as stack:
         for name, topology in configs.items():
             print(f"[served_tuned_profile] {name}: starting", file=sys.stderr, flush=True)
-            plan = make_launch_plan(topology, Role.SINGLE, vllm=vllm, **gpu)
+            # as launch plans it: the installed vLLM's command line, on CUDA the GPU's memory and name
+            plan = machine_plan(topology, Role.SINGLE)
+            for warning in plan.warnings:
+                print(f"[served_tuned_profile] {warning}", file=sys.stderr, flush=True)
             stack.enter_context(started(plan, args.run_dir / name, timeout_s=args.start_timeout))
             urls[name] = plan.commands[0].url
             logs[name] = args.run_dir / name / f"{plan.commands[0].name}.log"
