@@ -3,7 +3,7 @@ recovery is, when a KV curve is back at idle. No server."""
 
 from __future__ import annotations
 
-from hybridserve.core.chaos.run import parse_phase, topology_yaml, ChaosSpec
+from hybridserve.core.chaos.run import ChaosSpec, parse_phase, report_wait_s, topology_yaml
 from hybridserve.core.chaos.tally import Kill, held_seconds, released_seconds, tally, verdicts
 from hybridserve.core.chaos.load import Sent
 from hybridserve.core.validate.client import Completion
@@ -235,3 +235,15 @@ def test_a_stall_probe_asks_as_the_load_asks_so_its_reference_is_compared_id_for
     reference_keys = {k for k in load.body(0) if k != "stream"}
     assert reference_keys <= set(probe.body()) and probe.body()["return_tokens_as_token_ids"] is True
     assert "return_tokens_as_token_ids" not in Probe(model="m", prompt="a").body()  # issue 39's text client
+
+
+def test_the_wait_for_launchs_endpoints_covers_one_start_wave_per_engine(tmp_path):  # noqa: ANN001
+    """launch's --timeout bounds each wave; three engines on one GPU start in three waves (the H200's cold start of
+    2026-12-05 took 166 + 118 + 118 s and outlasted a wait of one --timeout)."""
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(topology_yaml(ChaosSpec(kills=(), num_decodes=2, device="cuda")))
+    assert report_wait_s(topology, 300) == 3 * 300 + 60
+    topology.write_text(topology_yaml(ChaosSpec(kills=(), num_decodes=1, device="cuda")))
+    assert report_wait_s(topology, 300) == 2 * 300 + 60
+    topology.write_text("model: m\nreplicas: []\n")
+    assert report_wait_s(topology, 300) == 300 + 60

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
+import yaml
 
 from hybridserve.core.chaos.load import KvSampler, Load
 from hybridserve.core.chaos.reference import prompt_pool, references
@@ -154,7 +155,7 @@ def start_launch(tmp: Path, *, timeout_s: float,
     launcher = subprocess.Popen([*LAUNCH, "--topology", str(tmp / "topology.yaml"), "--role", "all", "--json",
                                  "--run-dir", str(tmp / "runs"), "--timeout", str(timeout_s),
                                  "--restart", restart], stdout=out, stderr=err, env=env, start_new_session=True)
-    deadline = time.monotonic() + timeout_s + 60
+    deadline = time.monotonic() + report_wait_s(tmp / "topology.yaml", timeout_s)
     while time.monotonic() < deadline:
         text = (tmp / "launch.out").read_text()
         if text.strip().endswith("}"):
@@ -165,6 +166,16 @@ def start_launch(tmp: Path, *, timeout_s: float,
         time.sleep(1)
     _stop_launcher(launcher)
     raise RuntimeError("launch did not report its endpoints in time")
+
+
+def report_wait_s(topology: Path, timeout_s: float) -> float:
+    """How long to wait for launch's endpoints: its --timeout bounds each start wave, and engines sharing a GPU start
+    one wave after another (core/launch/gpus.start_waves), so at most one wave per engine, plus a minute for the
+    front. A cold 60-layer start of one prefill and two decodes on one H200 took three waves of 118-166 s
+    (2026-12-05), past a wait of one --timeout."""
+    topo = yaml.safe_load(topology.read_text()) or {}
+    engines = sum(len(topo.get(role) or []) for role in ("prefill", "decode", "replicas"))
+    return timeout_s * max(1, engines) + 60
 
 
 def _stop_launcher(launcher: subprocess.Popen | None) -> None:
