@@ -1,5 +1,5 @@
 """Measures NIXL READ against WRITE (the direction `launch` and `transfer bench` use); feeds BENCHMARKS.md,
-"READ (pull) against WRITE (push), H200".
+"Transfer" (benchmarks/DETAILS.md, "READ (pull) against WRITE (push), H200").
 
 On a CUDA host: NIXL READ (pull) against WRITE (push) of GPU memory between two processes on one GPU, with
 UCX's defaults and with UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y: which direction and setting `launch` should use.

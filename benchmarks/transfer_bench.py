@@ -1,5 +1,5 @@
 """Measures `hybridserve transfer bench --memory dram` (`make bench-transfer`); feeds BENCHMARKS.md,
-"Both schemes at 1k / 8k / 32k, CPU".
+"Transfer" (benchmarks/DETAILS.md, "Both schemes at 1k / 8k / 32k, CPU").
 
 One request's KV + GDN state over NIXL between rank processes, vLLM's descriptors vs ours.
 
