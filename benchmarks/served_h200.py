@@ -409,6 +409,7 @@ def client_numbers(run: dict) -> dict:
         pick.update({f"{what}_{p}": (client.get(what) or {}).get(p) for p in ("p50", "p90", "p99")})
     pick["probe_ttft_s_p50"] = (probes.get("ttft_s") or {}).get("p50") if isinstance(probes, dict) else None
     pick["nixl"] = phase.get("nixl")
+    pick["engine"] = phase.get("engine")  # the prompt-computing engines' own timings (bench)
     pick["prediction"] = ((result.get("phases") or [{}])[0]).get("prediction")
     return {"rc": run.get("rc"), "error": run.get("error"), **pick}
 

@@ -129,12 +129,28 @@ def _phase_table(report: BenchReport, index: int, name: str) -> Table:
         table.add_row("probes ok / sent", *[f"{p.probes.num_ok} / {p.probes.num_sent}" if p.probes else "-"
                                              for p in phases], *["" for _ in pairs], "")
         _add_client(table, phases, roles, pairs, lambda p: p.probes, "probe ")
+    _add_engine(table, phases, roles, pairs)
     for role, phase in zip(roles, phases):
         answered = phase.client.num_ok + (phase.probes.num_ok if phase.probes else 0)
         for label, value, planned in _nixl_rows(phase.nixl, answered, plan):
             table.add_row(f"{role}: {label}", *[value if r == role else "" for r in roles],
                           *["" for _ in pairs], planned)
     return table
+
+
+ENGINE_ROWS = (("engines: queue, mean ms", "mean_queue_s"),
+               ("engines: prefill (scheduled to token 1), mean ms", "mean_prefill_s"),
+               ("engines: API server TTFT, mean ms", "mean_server_ttft_s"))
+
+
+def _add_engine(table: Table, phases: list[PhaseResult], roles: list[str], pairs: list) -> None:
+    """The prompt-computing engines' own timings (core/bench/engine_timing.py), side by side with their ratios."""
+    if not any(p.engine for p in phases):
+        return
+    for label, field in ENGINE_ROWS:
+        values = [getattr(p.engine, field) if p.engine else None for p in phases]
+        table.add_row(label, *[_ms(v) for v in values],
+                      *[_ratio(values[roles.index(a)], values[roles.index(b)]) for a, b in pairs], "")
 
 
 def _add_client(table: Table, phases: list[PhaseResult], roles: list[str], pairs: list, pick, prefix: str) -> None:  # noqa: ANN001
@@ -179,6 +195,7 @@ def _summary_dict(summary: ClientSummary | None, num_gpus: int | None = None) ->
 def _phase_dict(phase: PhaseResult, num_gpus: int | None = None) -> dict[str, Any]:
     return {"client": _summary_dict(phase.client, num_gpus), "probes": _summary_dict(phase.probes),
             "nixl": asdict(phase.nixl) if phase.nixl else None,
+            "engine": asdict(phase.engine) if phase.engine else None,
             "records": [asdict(r) for r in phase.records]}
 
 

@@ -159,6 +159,31 @@ def test_series_of_several_engines_are_summed_and_no_nixl_is_none():
     assert server_metrics.nixl_stats(server_metrics.parse_prometheus("vllm:num_requests_running 0\n")) is None
 
 
+def test_engine_timing_is_the_phase_difference_of_vllms_request_histograms():
+    from hybridserve.core.bench.engine_timing import engine_timing
+
+    before = server_metrics.parse_prometheus(
+        'vllm:request_prefill_time_seconds_count{engine="0",model_name="m"} 3.0\n'
+        'vllm:request_prefill_time_seconds_sum{engine="0",model_name="m"} 0.3\n'
+        'vllm:request_queue_time_seconds_count{engine="0",model_name="m"} 3.0\n'
+        'vllm:request_queue_time_seconds_sum{engine="0",model_name="m"} 0.003\n'
+        'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 3.0\n'
+        'vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.33\n')
+    after = server_metrics.parse_prometheus(
+        'vllm:request_prefill_time_seconds_count{engine="0",model_name="m"} 7.0\n'
+        'vllm:request_prefill_time_seconds_sum{engine="0",model_name="m"} 0.78\n'
+        'vllm:request_queue_time_seconds_count{engine="0",model_name="m"} 7.0\n'
+        'vllm:request_queue_time_seconds_sum{engine="0",model_name="m"} 0.007\n'
+        'vllm:time_to_first_token_seconds_count{engine="0",model_name="m"} 8.0\n'
+        'vllm:time_to_first_token_seconds_sum{engine="0",model_name="m"} 0.93\n')
+    timing = engine_timing(server_metrics.delta(after, before))
+    assert timing.num_requests == 4
+    assert timing.mean_prefill_s == pytest.approx(0.12)  # (0.78 - 0.3) / 4
+    assert timing.mean_queue_s == pytest.approx(0.001)
+    assert timing.mean_server_ttft_s == pytest.approx(0.12)  # (0.93 - 0.33) / 5: one more at its first token
+    assert engine_timing(server_metrics.parse_prometheus("vllm:num_requests_running 0\n")) is None
+
+
 @pytest.mark.parametrize("q, expected", [(0.25, 0.0025), (0.5, 0.005), (0.75, 0.0075), (1.0, 0.01)])
 def test_histogram_quantile_interpolates_inside_the_bucket(q, expected):
     buckets = {0.005: 2.0, 0.01: 4.0, float("inf"): 4.0}  # 2 below 5 ms, 2 in (5, 10] ms
@@ -323,6 +348,7 @@ def test_driver_idle_is_one_at_a_time_and_a_rate_waits_for_the_arrivals():
 
 def _report_with_control():
     from hybridserve.core.bench.phase import draw_work
+    from hybridserve.core.bench.engine_timing import EngineTiming
     from hybridserve.core.bench.prediction import Prediction
     from hybridserve.core.bench.run import BenchReport, PhaseResult, TargetResult
     from hybridserve.core.bench.vocab import Vocabulary
@@ -335,7 +361,8 @@ def _report_with_control():
     for role, ttft, stats in (("deployment", 0.3, nixl), ("baseline", 0.2, None), ("control", 0.22, None)):
         records = tuple(_record(i, ttft, 1.0, (0.01, 0.01, 0.01)) for i in range(2))
         phase = PhaseResult(spec=work.spec, client=client_stats.summarize(records), probes=None, nixl=stats,
-                            records=records)
+                            records=records, engine=EngineTiming(num_requests=2, mean_queue_s=0.001,
+                                                                 mean_prefill_s=ttft - 0.05, mean_server_ttft_s=None))
         targets.append(TargetResult(role=role, label=role, url=f"http://{role}", metrics_urls=(f"http://{role}",),
                                     run_dir=None, phases=(phase,), elapsed_s=1.0))
     plan = Prediction(mean_prompt_tokens=8, num_reads=1, descriptors=280.0, is_served_count=True,
@@ -356,6 +383,9 @@ def test_render_puts_ratios_nixl_stats_and_plan_side_by_side():
     assert "deployment / baseline" in text and "control / baseline" in text
     ttft = next(line for line in text.splitlines() if "TTFT p50" in line)
     assert "1.50x" in ttft and "1.10x" in ttft  # 0.3 / 0.2 and the A/A control's 0.22 / 0.2
+    prefill = next(line for line in text.splitlines() if "engines: prefill" in line)
+    assert "250.0" in prefill and "150.0" in prefill and "1.67x" in prefill  # 0.25 / 0.15: the engines' own share
+    assert "engines: API server TTFT" in text  # a row of dashes where vLLM said nothing
     descriptors = next(line for line in text.splitlines() if "descriptors / transfer" in line)
     assert descriptors.count("280.0") == 2  # served beside plan's merged count
     assert "63,060" in text

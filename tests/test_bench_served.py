@@ -1,7 +1,8 @@
 """bench against the session's tiny-model deployments (conftest.py: `launched_pd`, launch --role all with a fault
 switch on decode, and `single_sync_baseline`), by URL: every request and probe is answered with exactly the tokens
-asked, decode's NIXL stats count one transfer per P/D request with plan's bytes, and `slow_decode` armed through the
-switch shows in the numbers (ITL p50 from below the injected sleep to at least it). Few short requests: CI has 2 cores."""
+asked, decode's NIXL stats count one transfer per P/D request with plan's bytes, the engines' own timings count
+every request once, and `slow_decode` armed through the switch shows in the numbers (ITL p50 from below the injected
+sleep to at least it). Few short requests: CI has 2 cores."""
 
 import json
 
@@ -69,6 +70,11 @@ def test_counted_requests_and_transfers_equal_those_sent(pd, single_sync_baselin
     assert nixl["num_transfers"] == NUM_REQUESTS + 1 and nixl["num_failed_transfers"] == 0  # the probe too
     assert nixl["mean_bytes"] == pytest.approx(plan["bytes"], rel=1e-9)  # plan's bytes are the served bytes
     assert base["nixl"] is None  # a plain server has no NixlConnector
+    # the prompt-computing engines' own histograms: P/D's prefill (behind the proxy) and the plain server each
+    # finished every request and the probe; prefill's answer is token 1, so its API server saw each first token too
+    for run in (phase, base):
+        assert run["engine"]["num_requests"] == NUM_REQUESTS + 1, run["engine"]
+        assert 0 < run["engine"]["mean_prefill_s"] < run["engine"]["mean_server_ttft_s"]
     assert (tmp_path / "bench.png").stat().st_size > 10_000
 
 

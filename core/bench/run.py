@@ -3,7 +3,8 @@
 Targets are validate's (core/validate/deployments.py): a URL that already serves, or a configuration started here
 and stopped after its phases, so two started targets never share the machine. Every target gets the same drawn
 lengths, arrival times and prompts. Around each phase the decode servers' /metrics are scraped (for a P/D target:
-the ones its proxy lists, unless given), and their difference is that phase's NIXL stats.
+the ones its proxy lists, unless given), and their difference is that phase's NIXL stats; so are the servers that
+compute the prompts (a P/D target's prefill servers, else the target itself), for the engines' own timings.
 """
 
 from __future__ import annotations
@@ -17,13 +18,14 @@ from typing import Any
 
 from hybridserve.core.bench.client_stats import ClientSummary, summarize
 from hybridserve.core.bench.driver import run_phase
+from hybridserve.core.bench.engine_timing import PREFILL_TIME, EngineTiming, engine_timing
 from hybridserve.core.bench.goodput import Slo
 from hybridserve.core.bench.likeness import Likeness, TargetSettings
 from hybridserve.core.bench.phase import PhaseSpec, PhaseWork, check_phase, draw_work
 from hybridserve.core.bench.prediction import Prediction
 from hybridserve.core.bench.prompts import make_prompts
-from hybridserve.core.bench.scrape import (decode_urls_behind, first_token_behind, own_metrics, proxy_health, scrape,
-                                          settled_scrape)
+from hybridserve.core.bench.scrape import (decode_urls_behind, first_token_behind, own_metrics, prefill_urls_behind,
+                                          proxy_health, scrape, settled_scrape)
 from hybridserve.core.bench.served import ServedModel, served_model
 from hybridserve.core.bench.settings_check import SettingsBook, read_before_measuring
 from hybridserve.core.bench.server_metrics import XFER_TIME, NixlStats, delta, nixl_stats
@@ -71,6 +73,7 @@ class PhaseResult:
     probes: ClientSummary | None
     nixl: NixlStats | None  # None: no NIXL metrics on the scraped servers
     records: tuple[RequestRecord, ...]
+    engine: EngineTiming | None = None  # the prompt-computing servers' own timings; None: none scraped
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,10 +178,11 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
             check_phase(work.spec, served.max_model_len)
         health = proxy_health(client, deployment.url)
         urls = target.metrics_urls or decode_urls_behind(health) or own_metrics(client, deployment.url)
+        prefill_urls = prefill_urls_behind(health) or own_metrics(client, deployment.url)
         if target.role == "deployment":
             found["first_token"] = first_token_behind(health)
-        phases = tuple(_run_phase(client, deployment.url, served, urls, work, drawn, request, target.role, i,
-                                  progress, headers)
+        phases = tuple(_run_phase(client, deployment.url, served, (urls, prefill_urls), work, drawn, request,
+                                  target.role, i, progress, headers)
                        for i, (work, drawn) in enumerate(zip(works, prompts.get(found["vocabulary"]))))
     return TargetResult(role=target.role, label=target.target.label, url=deployment.url, metrics_urls=urls,
                         run_dir=deployment.run_dir, phases=phases, elapsed_s=time.monotonic() - begun,
@@ -195,9 +199,11 @@ def _starts_any(request: BenchRequest) -> bool:
     return any(t.target.config is not None for t in request.targets)
 
 
-def _run_phase(client: Any, url: str, served: ServedModel, metrics_urls: tuple[str, ...], work: PhaseWork,
-               drawn: tuple, request: BenchRequest, role: str, index: int,
+def _run_phase(client: Any, url: str, served: ServedModel, scraped: tuple[tuple[str, ...], tuple[str, ...]],
+               work: PhaseWork, drawn: tuple, request: BenchRequest, role: str, index: int,
                progress: ProgressCallback | None, headers: dict[str, str] | None = None) -> PhaseResult:
+    """`scraped`: (the decode servers, for NIXL stats; the prompt-computing servers, for the engines' timings)."""
+    metrics_urls, prefill_urls = scraped
     prompts, probe_prompts = drawn
     total, done = len(prompts) + len(probe_prompts), [0]
     what = f"{role}: phase {index + 1} ({work.spec.name})"
@@ -209,15 +215,17 @@ def _run_phase(client: Any, url: str, served: ServedModel, metrics_urls: tuple[s
 
     if progress is not None:
         progress(what, 0, total)
-    before = scrape(client, metrics_urls)
+    before, engines_before = scrape(client, metrics_urls), scrape(client, prefill_urls)
     records = run_phase(url, served.name, work, prompts, probe_prompts, timeout_s=request.request_timeout_s,
                         on_done=on_done, headers=headers)
     after = settled_scrape(client, metrics_urls, ((f"{XFER_TIME}_count", None),))
+    engines_after = settled_scrape(client, prefill_urls, ((f"{PREFILL_TIME}_count", None),))
     load = [r for r in records if not r.is_probe]
     probes = [r for r in records if r.is_probe]
     return PhaseResult(spec=work.spec, client=summarize(load, request.slo),
                        probes=summarize(probes, request.slo) if probes else None,
-                       nixl=nixl_stats(delta(after, before)), records=records)
+                       nixl=nixl_stats(delta(after, before)), records=records,
+                       engine=engine_timing(delta(engines_after, engines_before)))
 
 
 def _predictor(model: Path | None, request: BenchRequest, *, is_first_token_from_prefill: bool):  # noqa: ANN202

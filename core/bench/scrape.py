@@ -72,6 +72,12 @@ def decode_urls_behind(health: dict) -> tuple[str, ...]:
     return tuple(str(u).rstrip("/") for u in decode) if isinstance(decode, list) else ()
 
 
+def prefill_urls_behind(health: dict) -> tuple[str, ...]:
+    """The prefill servers the project's proxy routes to, from its /health; () for a plain server."""
+    prefill = health.get("prefill")
+    return tuple(str(u).rstrip("/") for u in prefill) if isinstance(prefill, list) else ()
+
+
 def first_token_behind(health: dict) -> str | None:
     """Which role samples token 1 behind the project's proxy ("prefill" or "decode"); None: not our proxy."""
     value = health.get("first_token")
