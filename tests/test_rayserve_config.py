@@ -32,9 +32,18 @@ def _args(topology=None) -> dict:  # noqa: ANN001
     (["--model", "/m", "--host", "1.2.3.4", "--port", "1", "--middleware", "x.Y", "--seed", "-1"],
      {"seed": -1}),
     (["--dtype", "bfloat16", "--attention-backend", "CPU_ATTN"], {"dtype": "bfloat16", "attention_backend": "CPU_ATTN"}),
-], ids=["int", "negated", "switch", "json", "inline-and-float", "serve-owned-dropped", "text"])
+    (["--kv-cache-memory-bytes", "6g", "--max-num-batched-tokens=8K", "--max-model-len", "auto"],
+     {"kv_cache_memory_bytes": 6_000_000_000, "max_num_batched_tokens": 8192, "max_model_len": -1}),
+    (["--max-model-len", "34816"], {"max_model_len": 34816}),
+], ids=["int", "negated", "switch", "json", "inline-and-float", "serve-owned-dropped", "text", "human-readable",
+        "plain-int"])
 def test_flags_become_engine_kwargs(flags, expected):
     assert engine_kwargs(tuple(flags)) == expected
+
+
+def test_a_size_vllm_would_refuse_is_refused_in_one_line():
+    with pytest.raises(InputError, match="--kv-cache-memory-bytes 1.5G: accepted"):
+        engine_kwargs(("--kv-cache-memory-bytes", "1.5G"))  # vLLM: no decimals with binary suffixes
 
 
 def test_a_short_flag_is_refused_in_one_line():

@@ -18,8 +18,14 @@ from typing import Any
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.passthrough import flag_name
+from hybridserve.core.launch.seqs_fit import parse_vllm_bytes
 
 SERVE_OWNED = frozenset({"--model", "--served-model-name", "--host", "--port", "--middleware"})
+# vLLM's command line reads these with `human_readable_int` ('6g' is 6e9, '32K' 32,768; max_model_len also 'auto':
+# engine/arg_utils.py `add_cli_args`, 0.26 and 0.32); Ray hands engine_kwargs to AsyncEngineArgs unparsed, where
+# '6g' would stay text, so they are parsed here as vLLM's command line would
+HUMAN_READABLE_INTS = frozenset({"max_num_batched_tokens", "max_num_scheduled_tokens", "kv_cache_memory_bytes",
+                                 "max_num_queued_tokens", "max_model_len"})
 
 
 def engine_kwargs(flags: tuple[str, ...]) -> dict[str, Any]:
@@ -39,9 +45,21 @@ def engine_kwargs(flags: tuple[str, ...]) -> dict[str, Any]:
         key = name[2:].replace("-", "_")
         if value is None and key.startswith("no_"):
             out[key[3:]] = False
+        elif value is not None and key in HUMAN_READABLE_INTS:
+            out[key] = _human_readable_int(name, value)
         else:
             out[key] = True if value is None else _value(value)
     return out
+
+
+def _human_readable_int(flag: str, text: str) -> int:
+    if flag == "--max-model-len" and text.strip() == "auto":
+        return -1  # vLLM's human_readable_int_or_auto
+    try:
+        return parse_vllm_bytes(text)
+    except InputError:
+        raise InputError(f"vLLM flag {flag} {text}: accepted: a whole number, or one with k, m, g, t (decimal) or "
+                         "K, M, G, T (binary)") from None
 
 
 def _is_flag(word: str) -> bool:
