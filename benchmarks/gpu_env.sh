@@ -4,6 +4,8 @@
 #   /tmp/vbstash   vLLM 0.26 (CUDA) bundle: ../shared/gpu/vllm/build.sh .vb, parts 01-10 (09-10: FlashInfer's GDN
 #                  prefill and cutlass-dsl; without them serve with --gdn-prefill-backend triton)
 #   /tmp/nxstash   nixl_only.tgz (nixl 1.5.1 alone, beside vLLM's FlashInfer: ../shared/gpu/README.md)
+#   /tmp/rbstash   Ray Serve LLM's wheels for `launch --engine ray` (ray 2.58.0, the release whose llm code imports
+#                  vLLM 0.26: scripts/ray_h200_bundle.sh .rb, parts 01-04 or so)
 #   /tmp/fqstash   fla.tgz (fla-core 0.6.0) and FlashQLA's wheels (flash-qla 0.1.3, tilelang 0.1.15,
 #                  apache-tvm-ffi 0.1.12, z3-solver, torch-c-dlpack-ext)
 # $1: the checkout that becomes the `hybridserve` distribution (default: the current folder).
@@ -41,6 +43,16 @@ install_nixl() {
   nixl_site; hs_site
   [ -f /tmp/nixlsite/.hs_ok ] || { echo "no /tmp/nxstash/nixl_only.tgz: copy-bundle nixl first"; return 1; }
   export PYTHONPATH=/tmp/hsite:/tmp/nixlsite PYTHONUNBUFFERED=1 COLUMNS=200
+}
+
+# Ray Serve LLM beside vLLM (after install_vllm): `launch --engine ray` starts its nodes with this interpreter, and
+# its workers inherit the path
+install_ray() {
+  if [ ! -f /tmp/rsite/.hs_ok ]; then
+    bash /tmp/rbstash/install.sh > /tmp/ray_install.log 2>&1 && touch /tmp/rsite/.hs_ok \
+      || { tail -5 /tmp/ray_install.log; return 1; }
+  fi
+  export PYTHONPATH=$PYTHONPATH:/tmp/rsite
 }
 
 # fla-core beside vLLM's FlashInfer (after install_vllm): the fla backend of verify and tune

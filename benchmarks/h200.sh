@@ -4,6 +4,7 @@
 #   bash benchmarks/h200.sh copy-bundle vllm .vb/part01     # ... .vb/part10: one call each, carry .vb/partNN
 #   bash benchmarks/h200.sh copy-bundle nixl .gpu/nx        # carry .gpu/nx (nixl_only.tgz)
 #   bash benchmarks/h200.sh copy-bundle flashqla .gpuwork/fq1   # carry it: fla.tgz and FlashQLA's wheels
+#   bash benchmarks/h200.sh copy-bundle ray .rb/part01      # ... each part of scripts/ray_h200_bundle.sh .rb
 #   bash benchmarks/h200.sh prepare                   # vLLM's install and the 60-layer model, to chain after the
 #                                                     # last copy call (serve and validate then start sooner)
 #   bash benchmarks/h200.sh kernels [FLAGS]           # "GDN prefill kernels": verify + tune fla and FlashInfer in
@@ -154,7 +155,8 @@ copy_bundle() {  # KIND FOLDER: a carried folder into the stash gpu_env.sh reads
     vllm) to=/tmp/vbstash ;;
     nixl) to=/tmp/nxstash ;;
     flashqla) to=/tmp/fqstash ;;
-    *) echo "copy-bundle: KIND vllm, nixl or flashqla, then the carried folder"; exit 2 ;;
+    ray) to=/tmp/rbstash ;;
+    *) echo "copy-bundle: KIND vllm, nixl, flashqla or ray, then the carried folder"; exit 2 ;;
   esac
   [ -d "$2" ] || { echo "copy-bundle: $2 is not a folder here (carry it)"; exit 2; }
   if [ -n "$DRY" ]; then echo "copy: $2 -> $to"; return 0; fi
@@ -280,7 +282,9 @@ YAML
 }
 
 served_step() {  # STEP: the deployments started once, all at once, then bench, validate's faults, stop
-  setup vllm; need_nixl
+  # (HS_SERVED_DEPLOYMENTS naming `ray`: Ray's bundle too, copied with `copy-bundle ray`)
+  case ",${HS_SERVED_DEPLOYMENTS:-}," in *,ray,*) setup vllm ray ;; *) setup vllm ;; esac
+  need_nixl
   [ "$1" = start ] && model_60_layers
   run "$OUT/served_$1.out" "$(left 5)" python3 benchmarks/served_h200.py "$1" --out "$OUT"
   [ -n "$DRY" ] || tail -c 4000 "$OUT/served_$1.out"

@@ -21,6 +21,11 @@ blocks (93)"), passed to the single servers too:
   the one variable of the P/D idle cost, measured on the same prefill.
 - single, single-b: one plain server each; single-b is the A/A control of every ratio against single.
 - single-sync: one plain server with `--no-async-scheduling`: async on against off.
+- pd-b: a second `launch --role all`, pd's A/A control (its ports -1,400).
+- ray: `launch --engine ray` of pd's topology (its ports -1,000; Ray's bundle on the path: h200.sh's served steps
+  install it when HS_SERVED_DEPLOYMENTS names ray): Ray Serve's ingress, the project's decode replica (first token
+  from prefill), P and D on GPU 0 with the same KV cache and sequence cap as pd's (issue 41, point 5: ray / pd, with
+  pd-b / pd beside it). Ray's ingress has no /metrics: its rows have the client's numbers only.
 - pd-lease: issue 39's burst deployment (a 5 s KV lease, decode's queue made to outlast it: LEASE_ENGINE; ports +400,
   its timeline in its own file); nothing here measures it: `lease_burst.py --attach` does (h200.sh lease-burst).
 pd and pd-ipc-cache write the plugin's per-request timeline (core/vllm_plugin/timeline.py): where decode's time
@@ -105,16 +110,20 @@ def topology(prof: dict, with_ipc_cache_decode: bool = False, lease_s: int | Non
             "proxy": {"port": port(8000 + shift)}}
 
 
+# the deployments of pd's topology: name -> topology()'s arguments (ports below 10,000: Ray's workers take 10,002 and up)
+PD_SHAPES = {"pd": {}, "pd-ipc-cache": {"with_ipc_cache_decode": True}, "pd-lease": {"lease_s": LEASE_S, "shift": 400},
+             "pd-b": {"shift": -1400}, "ray": {"shift": -1000}}
+
+
 def launch_argv(name: str, prof: dict) -> list[str]:
     # one run root for every deployment: bench --run-dir reads each launched server's flags and logs from it
     run_dir = ["--run-dir", str(STATE / "runs"), "--timeout", "900", "--json"]
-    if name in ("pd", "pd-ipc-cache", "pd-lease"):
+    if name in PD_SHAPES:
         path = STATE / f"{name}.yaml"
-        shape = {"pd": {}, "pd-ipc-cache": {"with_ipc_cache_decode": True},
-                 "pd-lease": {"lease_s": LEASE_S, "shift": 400}}[name]
-        path.write_text(yaml.safe_dump(topology(prof, **shape)))
+        path.write_text(yaml.safe_dump(topology(prof, **PD_SHAPES[name])))
         role = ["--role", "decode", "--index", "1"] if name == "pd-ipc-cache" else ["--role", "all"]
-        return [*CLI, "launch", "--topology", str(path), *role, *run_dir]
+        engine = ["--engine", "ray"] if name == "ray" else []
+        return [*CLI, "launch", *engine, "--topology", str(path), *role, *run_dir]
     base = {"single": 9000, "single-b": 9400, "single-sync": 9800}[name]
     argv = [*CLI, "launch", "--role", "single", "--device", prof["device"], "--model", prof["model"],
             "--base-port", str(port(base)), *run_dir]
@@ -312,8 +321,9 @@ def summarize(run: dict) -> dict:
 
 def bench(args: argparse.Namespace, prof: dict) -> dict:
     state, found = urls(args.deadline - 300)
-    idle_targets = [n for n in ("pd", "pd-ipc-cache", "single", "single-b", "single-sync") if found.get(n)]
-    load_targets = [n for n in ("pd", "single", "single-b", "single-sync") if found.get(n)]
+    idle_targets = [n for n in ("pd", "pd-ipc-cache", "pd-b", "ray", "single", "single-b", "single-sync")
+                    if found.get(n)]
+    load_targets = [n for n in ("pd", "pd-b", "ray", "single", "single-b", "single-sync") if found.get(n)]
     common = ["--baseline", "none", "--device", prof["device"], "--model", prof["model"]]
     phases = [(f"idle_{n}", idle_targets, ["--input-len", str(n), "--output-len", str(prof["output_len"]),
                                            "--num-requests", str(prof["idle_requests"][n])]) for n in prof["lengths"]]
@@ -360,7 +370,7 @@ def bench(args: argparse.Namespace, prof: dict) -> dict:
                 length = int(phase.split("_")[1])
                 sent.append((f"{phase}/{name}", DECODE_OF[name],
                              [(length + 1, prof["output_len"] - 1)] * prof["idle_requests"][length]))
-            if name.startswith("pd") and TIMELINE.exists() and run.get("started"):
+            if name in DECODE_OF and TIMELINE.exists() and run.get("started"):  # the timeline's writers
                 from hybridserve.core.launch.timeline import breakdown
 
                 report["timeline"][f"{phase}/{name}"] = breakdown(TIMELINE, since=run["started"],
@@ -416,9 +426,11 @@ def client_numbers(run: dict) -> dict:
 
 def ratios(phases: dict) -> dict:
     """Per phase: P/D over one server, the A/A control (single-b over single), async on over off (single over
-    single-sync), and the cache-on decode over pd; TTFT p50 and output throughput."""
+    single-sync), the cache-on decode over pd, and Ray's P/D over launch's (pd-b over pd its A/A); TTFT p50 and
+    output throughput."""
     pairs = {"pd/single": ("pd", "single"), "aa single-b/single": ("single-b", "single"),
-             "async on/off single/single-sync": ("single", "single-sync"), "pd-ipc-cache/pd": ("pd-ipc-cache", "pd")}
+             "async on/off single/single-sync": ("single", "single-sync"), "pd-ipc-cache/pd": ("pd-ipc-cache", "pd"),
+             "ray/pd": ("ray", "pd"), "aa pd-b/pd": ("pd-b", "pd")}
     out: dict = {}
     for phase, rows in phases.items():
         for label, (a, b) in pairs.items():
@@ -445,7 +457,10 @@ def stop(_: argparse.Namespace, __: dict) -> dict:
     ports = {url.rsplit(":", 1)[1] for info in state["deployments"].values()
              for url in (info.get("endpoints") or {}).values()}
     left = subprocess.run(["pgrep", "-af", "vllm.entrypoints"], capture_output=True, text=True).stdout.splitlines()
-    return {"stopped": stopped, "left_running": [ln for ln in left if any(f"--port {p} " in ln for p in ports)]}
+    ray_left = subprocess.run(["pgrep", "-af", "raylet|gcs_server|ray::"], capture_output=True,
+                              text=True).stdout.splitlines() if "ray" in state["deployments"] else []
+    return {"stopped": stopped, "left_running": [ln for ln in left if any(f"--port {p} " in ln for p in ports)]
+            + ray_left}
 
 
 def main() -> None:

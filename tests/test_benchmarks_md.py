@@ -281,3 +281,35 @@ def test_the_served_records_load_is_warmed_with_its_own_shapes_first():
         assert warm["--input-len"] == flags["--input-len"] and warm["--concurrency"] == flags["--concurrency"]
         assert warm["--num-requests"] == flags["--concurrency"] and "--probes" not in warm
         assert warm["--prompt-seed"] not in {str(100 + i) for i in range(8)}  # not the measured prompts
+
+
+def test_the_served_records_deployments_bind_distinct_ports_below_rays_worker_range(tmp_path, monkeypatch):
+    """All of served_h200.py's deployments run at once on one machine: no two may share a port, and none may sit in
+    Ray's worker port range (10,002 and up by default), where the `ray` deployment's workers bind at random. The ray
+    deployment is launch's own P/D topology started with `--engine ray`."""
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location("served_h200", ROOT / "benchmarks/served_h200.py")
+    served = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(served)
+    monkeypatch.setattr(served, "STATE", tmp_path)
+    prof = served.profile(False)
+    ports: list[int] = []
+    for name in served.PD_SHAPES:
+        argv = served.launch_argv(name, prof)
+        assert ("--engine" in argv) == (name == "ray"), argv
+        topo = yaml.safe_load((tmp_path / f"{name}.yaml").read_text())
+        roles = [topo["proxy"], *topo["prefill"], *topo["decode"]]
+        found = [r["port"] for r in roles] + [r["side_channel_port"] for r in roles if "side_channel_port" in r]
+        if name == "pd-ipc-cache":  # pd's own prefill, proxy and first decode, plus its second decode
+            found = [r["port"] for r in topo["decode"][1:]] + [r["side_channel_port"] for r in topo["decode"][1:]]
+        ports += found
+    ports += [8001, 8002]  # SIDE_PROXIES
+    for name in ("single", "single-b", "single-sync"):
+        argv = served.launch_argv(name, prof)
+        base = int(argv[argv.index("--base-port") + 1])
+        ports += [base, base + 200]  # launch --role single: the engine at base + 200
+    assert len(ports) == len(set(ports)), sorted(p for p in ports if ports.count(p) > 1)
+    assert all(p < 10_002 for p in ports), sorted(ports)
