@@ -76,9 +76,9 @@ def profile(smoke: bool) -> dict:
     # check sums the shares of a GPU's roles)
     return {"device": "cuda", "model": M60, "kv": os.environ.get("HS_SERVED_KV", "6g"),
             "deployments": tuple(names.split(",")), "lengths": (1024, 8192, 32768),
-            # 2026-12-05's 5 a length left the A/A at 1k at 0.78x (p50s 112 and 144 ms; 32k's 1.00x): more where
-            # TTFT is short and cheap to repeat
-            "idle_requests": {1024: 15, 8192: 15, 32768: 5},
+            # 2026-12-05's 5 a length left the A/A at 1k at 0.78x (p50s 112 and 144 ms; 32k's 1.00x), 15 at 1.15x
+            # (108 and 125 ms; 8k 0.98x): more where TTFT is short and cheap to repeat (30 x ~0.3 s a target)
+            "idle_requests": {1024: 30, 8192: 30, 32768: 5},
             "output_len": 32,
             # issue 38's load: 96 requests, 32 at a time, prompts 500-12,000, outputs 1-512, three 32k probes
             "load": ["--input-len", "500:12000", "--output-len", "1:512", "--num-requests", "96", "--concurrency",
