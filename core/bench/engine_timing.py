@@ -3,7 +3,7 @@ prefill servers (a P/D target's, as its proxy lists them) or on the plain server
 
 It separates a deployment's TTFT into the engine's own share and the rest (the proxy, the hops, the API server):
 a P/D deployment and one server compare by the same clock on the same prompts. The names and intervals are vLLM's
-(`vllm/v1/metrics/stats.py`, `update_from_finished_request` and `update_from_output`; the same in 0.26 and 0.32):
+(`vllm/v1/metrics/stats.py`, `update_from_finished_request` and `update_from_output`; read in 0.26 and 0.32):
 - `vllm:request_queue_time_seconds`: first QUEUED to first SCHEDULED, in the engine core;
 - `vllm:request_prefill_time_seconds`: first SCHEDULED to the first new token (the prefill steps, sampling included);
 - `vllm:time_to_first_token_seconds`: the API server's arrival to its first token (tokenizing and the engine core's

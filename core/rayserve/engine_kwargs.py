@@ -21,11 +21,11 @@ from hybridserve.core.launch.passthrough import flag_name
 from hybridserve.core.launch.seqs_fit import parse_vllm_bytes
 
 SERVE_OWNED = frozenset({"--model", "--served-model-name", "--host", "--port", "--middleware"})
-# vLLM's command line reads these with `human_readable_int` ('6g' is 6e9, '32K' 32,768; max_model_len also 'auto':
-# engine/arg_utils.py `add_cli_args`, 0.26 and 0.32); Ray hands engine_kwargs to AsyncEngineArgs unparsed, where
-# '6g' would stay text, so they are parsed here as vLLM's command line would
+# vLLM's command line reads these with `human_readable_int` ('6g' is 6e9, '32K' 32,768; max_model_len also 'auto'):
+# engine/arg_utils.py `add_cli_args`, read in 0.26 and 0.32 (0.32 adds max_num_queued_tokens). Ray hands
+# engine_kwargs to AsyncEngineArgs unparsed, where '6g' would stay text, so they are parsed here as vLLM's CLI would
 HUMAN_READABLE_INTS = frozenset({"max_num_batched_tokens", "max_num_scheduled_tokens", "kv_cache_memory_bytes",
-                                 "max_num_queued_tokens", "max_model_len"})
+                                 "safetensors_prefetch_block_size", "max_num_queued_tokens", "max_model_len"})
 
 
 def engine_kwargs(flags: tuple[str, ...]) -> dict[str, Any]:
