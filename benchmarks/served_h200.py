@@ -21,6 +21,10 @@ blocks (93)"), passed to the single servers too:
   the one variable of the P/D idle cost, measured on the same prefill.
 - single, single-b: one plain server each; single-b is the A/A control of every ratio against single.
 - single-sync: one plain server with `--no-async-scheduling`: async on against off.
+- single-prof: `single` with vLLM's torch profiler configured (`--profiler-config`, idle until /start_profile): the
+  bench stage's last phase profiles its prefill steps at 1k and 8k (5 requests, 1 token out, each alone) and keeps
+  the table vLLM writes (self CUDA time total, self CPU time total) beside `single`'s unprofiled prefill time: is a
+  1k step host-bound (issue 38's 1k row: prefill's 1k step took 122 ms p50 against 136 ms at 8k)?
 - pd-b: a second `launch --role all`, pd's A/A control (its ports -1,400).
 - ray: `launch --engine ray` of pd's topology (its ports -1,000; Ray's bundle on the path: h200.sh's served steps
   install it when HS_SERVED_DEPLOYMENTS names ray): Ray Serve's ingress, the project's decode replica (first token
@@ -60,7 +64,10 @@ LEASE_S = int(os.environ.get("HS_SERVED_LEASE_S", "5"))  # pd-lease's KV lease: 
 # pd-lease's engine besides the lease: decode's queue must outlast it (8 at a time), prompts of 8k (lease_burst.py)
 LEASE_ENGINE = {"cuda": {"max_num_seqs": 8, "max_model_len": 16384}, "cpu": {"max_num_seqs": 1}}
 LEASE_TIMELINE = STATE / "timeline-lease.jsonl"
-DECODE_OF = {"pd": 0, "pd-ipc-cache": 1}  # the targets that read from pd's prefill, and which decode serves them
+DECODE_OF = {"pd": 0, "pd-ipc-cache": 1}
+PROFILE_DIR = STATE / "profile"  # single-prof's traces and vLLM's table, rewritten at each stop: profiler_out_0.txt
+# (0.26's profiler/wrapper.py) or rank0.profiler_out.txt (0.32's)
+PROFILE_LENGTHS = {"cuda": (1024, 8192), "cpu": (256,)}  # the targets that read from pd's prefill, and which decode serves them
 
 
 def profile(smoke: bool) -> dict:
@@ -124,7 +131,7 @@ def launch_argv(name: str, prof: dict) -> list[str]:
         role = ["--role", "decode", "--index", "1"] if name == "pd-ipc-cache" else ["--role", "all"]
         engine = ["--engine", "ray"] if name == "ray" else []
         return [*CLI, "launch", *engine, "--topology", str(path), *role, *run_dir]
-    base = {"single": 9000, "single-b": 9400, "single-sync": 9800}[name]
+    base = {"single": 9000, "single-b": 9400, "single-sync": 9800, "single-prof": 5800}[name]
     argv = [*CLI, "launch", "--role", "single", "--device", prof["device"], "--model", prof["model"],
             "--base-port", str(port(base)), *run_dir]
     if prof["device"] == "cuda":
@@ -133,6 +140,10 @@ def launch_argv(name: str, prof: dict) -> list[str]:
         argv += ["--vllm-arg=--kv-cache-memory-bytes", f"--vllm-arg={single_kv(prof['kv'])}"]
     if name == "single-sync":
         argv.append("--no-async-scheduling")
+    if name == "single-prof":  # vLLM's own torch profiler, off until /start_profile; no front-end trace of its own
+        argv.append("--vllm-arg=--profiler-config=" + json.dumps(
+            {"profiler": "torch", "torch_profiler_dir": str(PROFILE_DIR), "torch_profiler_with_stack": False,
+             "ignore_frontend": True}, separators=(",", ":")))
     if prof["device"] == "cuda" and prof["kv"]:
         argv += ["--max-num-seqs", str(pd_engine_seqs(prof))]
     return argv
@@ -375,11 +386,56 @@ def bench(args: argparse.Namespace, prof: dict) -> dict:
 
                 report["timeline"][f"{phase}/{name}"] = breakdown(TIMELINE, since=run["started"],
                                                                   until=run["ended"])
+    if found.get("single-prof") and (not wanted or "profile" in wanted.split(",")):
+        report["profile"] = profile_steps(found["single-prof"], prof, common, args)
     report["ratios"] = ratios(report["phases"])
     report["plan_by_history"] = plan_by_history(prof, sent)
     # decode's READs open no allocation once its prefill is pinned (issue 38: the 22-30 ms post of 2026-12-05)
     report["peer_pin"] = {n: peer_pins(i) for n, i in state["deployments"].items()}
     return report
+
+
+def profile_steps(url: str, prof: dict, common: list[str], args: argparse.Namespace) -> dict:
+    """vLLM's torch profiler around 5 requests of each length (1 token out: the prefill step alone, one at a time)
+    on single-prof; per length, the totals of the table vLLM writes at /stop_profile, and that table kept in $OUT."""
+    import httpx
+
+    out: dict = {}
+    for n in PROFILE_LENGTHS[prof["device"]]:
+        if time.time() > args.deadline - 90:
+            out[str(n)] = {"error": "no time left"}
+            continue
+        PROFILE_DIR.mkdir(parents=True, exist_ok=True)
+        for old in PROFILE_DIR.glob("*profiler_out*.txt"):
+            old.unlink()
+        run_json([*CLI, "bench", "--deployment", url, *common, "--input-len", str(n), "--output-len", "1",
+                  "--num-requests", "2", "--json"], args.out / f"warm_profile_{n}.json", 120)  # first-call costs
+        try:
+            httpx.post(f"{url}/start_profile", timeout=60).raise_for_status()
+            run = run_json([*CLI, "bench", "--deployment", url, *common, "--input-len", str(n), "--output-len", "1",
+                            "--num-requests", "5", "--prompt-seed", str(200 + n), "--json"],
+                           args.out / f"bench_profile_{n}.json", min(180, args.deadline - time.time() - 60))
+            httpx.post(f"{url}/stop_profile", timeout=120).raise_for_status()
+        except httpx.HTTPError as exc:
+            out[str(n)] = {"error": f"{type(exc).__name__}: {exc}"}
+            continue
+        tables = sorted(PROFILE_DIR.glob("*profiler_out*.txt"), key=lambda f: f.stat().st_mtime)
+        text = tables[-1].read_text(errors="replace") if tables else ""
+        (args.out / f"profile_{n}.txt").write_text(text)
+        numbers = client_numbers(run)
+        out[str(n)] = {"requests": numbers.get("num_ok"), **profile_totals(text),
+                       "engine": numbers.get("engine")}  # the profiled engine's own prefill time, profiler on
+    return out
+
+
+def profile_totals(table: str) -> dict:
+    """The footer of torch's key_averages table: "Self CPU time total: 1.234s", "Self CUDA time total: 56.7ms"."""
+    import re
+
+    scale = {"s": 1e3, "ms": 1.0, "us": 1e-3}
+    found = {kind: float(value) * scale[unit] for kind, value, unit in
+             re.findall(r"Self (CPU|CUDA) time total: ([0-9.]+)(s|ms|us)", table)}
+    return {"self_cpu_total_ms": found.get("CPU"), "self_cuda_total_ms": found.get("CUDA")}
 
 
 def warm_load(load: list[str]) -> list[str]:

@@ -307,9 +307,25 @@ def test_the_served_records_deployments_bind_distinct_ports_below_rays_worker_ra
             found = [r["port"] for r in topo["decode"][1:]] + [r["side_channel_port"] for r in topo["decode"][1:]]
         ports += found
     ports += [8001, 8002]  # SIDE_PROXIES
-    for name in ("single", "single-b", "single-sync"):
+    for name in ("single", "single-b", "single-sync", "single-prof"):
         argv = served.launch_argv(name, prof)
         base = int(argv[argv.index("--base-port") + 1])
         ports += [base, base + 200]  # launch --role single: the engine at base + 200
     assert len(ports) == len(set(ports)), sorted(p for p in ports if ports.count(p) > 1)
     assert all(p < 10_002 for p in ports), sorted(ports)
+
+
+def test_the_profile_totals_are_read_from_torchs_table_footer():
+    """served_h200.py's single-prof keeps vLLM's key_averages table; its footer's units are torch's (s, ms, us)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("served_h200", ROOT / "benchmarks/served_h200.py")
+    served = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(served)
+    table = "Name  Self CPU %\n-----\nSelf CPU time total: 1.250s\nSelf CUDA time total: 56.700ms\n"
+    assert served.profile_totals(table) == {"self_cpu_total_ms": 1250.0, "self_cuda_total_ms": 56.7}
+    assert served.profile_totals("Self CPU time total: 980.000us\n") == {"self_cpu_total_ms": 0.98,
+                                                                         "self_cuda_total_ms": None}
+    argv = served.launch_argv("single-prof", served.profile(False))
+    flag = next(a for a in argv if a.startswith("--vllm-arg=--profiler-config="))
+    assert '"profiler":"torch"' in flag and '"ignore_frontend":true' in flag
