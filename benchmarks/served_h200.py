@@ -64,10 +64,10 @@ LEASE_S = int(os.environ.get("HS_SERVED_LEASE_S", "5"))  # pd-lease's KV lease: 
 # pd-lease's engine besides the lease: decode's queue must outlast it (8 at a time), prompts of 8k (lease_burst.py)
 LEASE_ENGINE = {"cuda": {"max_num_seqs": 8, "max_model_len": 16384}, "cpu": {"max_num_seqs": 1}}
 LEASE_TIMELINE = STATE / "timeline-lease.jsonl"
-DECODE_OF = {"pd": 0, "pd-ipc-cache": 1}
+DECODE_OF = {"pd": 0, "pd-ipc-cache": 1}  # the targets that read from pd's prefill, and which decode serves them
 PROFILE_DIR = STATE / "profile"  # single-prof's traces and vLLM's table, rewritten at each stop: profiler_out_0.txt
 # (0.26's profiler/wrapper.py) or rank0.profiler_out.txt (0.32's)
-PROFILE_LENGTHS = {"cuda": (1024, 8192), "cpu": (256,)}  # the targets that read from pd's prefill, and which decode serves them
+PROFILE_LENGTHS = {"cuda": (1024, 8192), "cpu": (256,)}  # the prompt lengths single-prof's profile phase steps through
 
 
 def profile(smoke: bool) -> dict:
