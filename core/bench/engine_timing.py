@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hybridserve.core.bench.server_metrics import Samples
+from hybridserve.core.bench.server_metrics import Samples, histogram_mean
 
 QUEUE_TIME = "vllm:request_queue_time_seconds"
 PREFILL_TIME = "vllm:request_prefill_time_seconds"
@@ -32,15 +32,11 @@ class EngineTiming:
     mean_server_ttft_s: float | None  # over the first tokens the API servers saw (a request counted at token 1)
 
 
-def _mean(samples: Samples, name: str) -> float | None:
-    count = samples.get((f"{name}_count", None), 0.0)
-    return samples.get((f"{name}_sum", None), 0.0) / count if count > 0 else None
-
-
 def engine_timing(samples: Samples) -> EngineTiming | None:
     """None when the servers export no request histograms (not vLLM, or no /metrics)."""
     if (f"{PREFILL_TIME}_count", None) not in samples:
         return None
     return EngineTiming(num_requests=round(samples[(f"{PREFILL_TIME}_count", None)]),
-                        mean_queue_s=_mean(samples, QUEUE_TIME), mean_prefill_s=_mean(samples, PREFILL_TIME),
-                        mean_server_ttft_s=_mean(samples, SERVER_TTFT))
+                        mean_queue_s=histogram_mean(samples, QUEUE_TIME),
+                        mean_prefill_s=histogram_mean(samples, PREFILL_TIME),
+                        mean_server_ttft_s=histogram_mean(samples, SERVER_TTFT))

@@ -81,7 +81,8 @@ def histogram_quantile(q: float, buckets: dict[float, float]) -> float | None:
     return lower
 
 
-def _mean(samples: Samples, name: str) -> float | None:
+def histogram_mean(samples: Samples, name: str) -> float | None:
+    """A histogram's mean over the samples (sum / count); None where it counted nothing."""
     count = samples.get((f"{name}_count", None), 0.0)
     return samples.get((f"{name}_sum", None), 0.0) / count if count > 0 else None
 
@@ -93,8 +94,8 @@ def nixl_stats(samples: Samples) -> NixlStats | None:
     buckets = {le: v for (name, le), v in samples.items() if name == f"{XFER_TIME}_bucket" and le is not None}
     return NixlStats(
         num_transfers=round(samples[(f"{XFER_TIME}_count", None)]),
-        mean_xfer_s=_mean(samples, XFER_TIME), p50_xfer_s=histogram_quantile(0.5, buckets),
-        mean_post_s=_mean(samples, POST_TIME), mean_bytes=_mean(samples, BYTES),
-        mean_descriptors=_mean(samples, DESCRIPTORS),
+        mean_xfer_s=histogram_mean(samples, XFER_TIME), p50_xfer_s=histogram_quantile(0.5, buckets),
+        mean_post_s=histogram_mean(samples, POST_TIME), mean_bytes=histogram_mean(samples, BYTES),
+        mean_descriptors=histogram_mean(samples, DESCRIPTORS),
         num_failed_transfers=round(samples.get((FAILED, None), 0.0)),
         num_kv_expired=round(samples.get((EXPIRED, None), 0.0)))
