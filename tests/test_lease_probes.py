@@ -34,12 +34,27 @@ PROBE = stall.Probe(model=RECALL_MODEL_DIR.name, prompt=load_dataset("synthetic"
 
 
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
+def timeline(tmp_path_factory):
+    """The plugin's per-request timeline (core/vllm_plugin/timeline.py), written by the proxy and both engines."""
+    return tmp_path_factory.mktemp("timeline") / "timeline.jsonl"
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory, timeline):
+    import os
+
     from _launched import launch_all
 
-    # one sequence at a time: a second request waits in decode's queue (the last test)
-    yield from launch_all(tmp_path_factory.mktemp("lease"), engine={"kv_lease_s": LEASE_S, "max_num_seqs": 1},
-                          proxy_timeout_s=120)
+    from hybridserve.core.vllm_plugin.timeline import TIMELINE_FILE
+
+    # launch, its proxy and its engines inherit the variable (launch_all starts launch with this environment)
+    os.environ[TIMELINE_FILE] = str(timeline)
+    try:
+        # one sequence at a time: a second request waits in decode's queue (the last test)
+        yield from launch_all(tmp_path_factory.mktemp("lease"), engine={"kv_lease_s": LEASE_S, "max_num_seqs": 1},
+                              proxy_timeout_s=120)
+    finally:
+        os.environ.pop(TIMELINE_FILE, None)
 
 
 @pytest.fixture(scope="module")
@@ -72,11 +87,18 @@ def test_vllms_own_decode_hop_sent_after_the_lease_is_refused_and_answered_right
     assert _refusals(deployment) - before == 1
 
 
-def test_a_request_queued_past_the_lease_is_kept_alive_by_decodes_heartbeats(deployment, reference):
+def test_a_request_queued_past_the_lease_is_kept_alive_by_decodes_heartbeats(deployment, reference, timeline):
+    from hybridserve.core.launch.timeline import per_request, read_events
+
     before, received = _refusals(deployment), _refusals(deployment, RECEIVED_LOG_PREFIX)
     queued = stall.queued_past_lease(deployment.proxy, PROBE, reference, long_max_tokens=3000,
                                      decode_url=deployment.decode)
     assert queued.result.outcome is stall.Outcome.RIGHT, queued
-    assert queued.queue_s is not None and queued.queue_s > LEASE_S, queued  # decode's own count: it waited that long
+    # the premise, by the plugin's timeline: the probe (the last request the proxy began) had prefill's answer, and
+    # decode began its READ more than a lease later. (vLLM's queue-time histogram once said 2.69 s for a probe that
+    # waited 11 s behind the long request: it is not the READ's time.)
+    requests = per_request(read_events(timeline))
+    probe = max(requests.values(), key=lambda t: t["proxy:hop1_start"])
+    assert probe["decode:post_start"] - probe["proxy:hop1_end"] > LEASE_S, (queued, probe)
     assert _refusals(deployment) == before, deployment.log("decode-0")[-3000:]  # not refused, not recomputed:
     assert _refusals(deployment, RECEIVED_LOG_PREFIX) - received == 2  # both READs landed (transfer_log.py)
