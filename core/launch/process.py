@@ -82,9 +82,13 @@ def child_env(command: RoleCommand, run_dir: Path) -> dict[str, str]:
 # The proxy's share of the grace period: what it forwards when stopped is a prefill hop (max_tokens=1) or a decode
 # hop that fails at once when decode is gone.
 FRONT_GRACE_S = 5.0
+ENGINE_GRACE_S = 15.0
+GROUPS_GONE_S = 5.0
+# the longest stop_roles takes: the fronts' grace, the engines', then their groups emptied
+STOP_BUDGET_S = FRONT_GRACE_S + ENGINE_GRACE_S + GROUPS_GONE_S
 
 
-def stop_roles(roles: Iterable[RunningRole], *, grace_s: float = 15.0) -> None:
+def stop_roles(roles: Iterable[RunningRole], *, grace_s: float = ENGINE_GRACE_S) -> None:
     """Stop the front first, then the engines: SIGTERM each wave's process groups, wait up to its grace period,
     SIGKILL the groups still alive. Front first because an engine stopped under a forwarded request keeps that
     HTTP connection open and uvicorn waits for it: with every role signalled at once, a prefill server whose
@@ -95,7 +99,7 @@ def stop_roles(roles: Iterable[RunningRole], *, grace_s: float = 15.0) -> None:
     _stop_wave(fronts, min(grace_s, FRONT_GRACE_S))
     _stop_wave(engines, grace_s)
     # the leader's children (vLLM's engine core, workers) are gone only once their group is empty
-    wait_groups_gone([role.popen.pid for role in roles], timeout_s=5)
+    wait_groups_gone([role.popen.pid for role in roles], timeout_s=GROUPS_GONE_S)
 
 
 def _stop_wave(roles: list[RunningRole], grace_s: float) -> None:
