@@ -34,9 +34,9 @@ from rich.table import Table
 from hybridserve.core.chaos import stall
 from hybridserve.core.chaos.burst import count_refused, send_burst, tally_burst
 from hybridserve.core.chaos.load import Load
-from hybridserve.core.common.atomic_file import write_text
 from hybridserve.core.chaos.reference import references, widen_by_other_engine
 from hybridserve.core.chaos.run import _kill_groups, _stop_launcher, start_launch
+from hybridserve.core.common.atomic_file import write_text
 from hybridserve.core.launch.timeline import breakdown
 from hybridserve.core.validate.deployments import default_model
 from hybridserve.core.validate.random_prompts import vocab_size

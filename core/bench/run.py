@@ -215,11 +215,14 @@ def _run_phase(client: Any, url: str, served: ServedModel, scraped: tuple[tuple[
 
     if progress is not None:
         progress(what, 0, total)
-    before, engines_before = scrape(client, metrics_urls), scrape(client, prefill_urls)
+    same = prefill_urls == metrics_urls  # a plain server: one scrape serves both
+    before = scrape(client, metrics_urls)
+    engines_before = before if same else scrape(client, prefill_urls)
     records = run_phase(url, served.name, work, prompts, probe_prompts, timeout_s=request.request_timeout_s,
                         on_done=on_done, headers=headers)
-    after = settled_scrape(client, metrics_urls, ((f"{XFER_TIME}_count", None),))
-    engines_after = settled_scrape(client, prefill_urls, ((f"{PREFILL_TIME}_count", None),))
+    xfer, prefill = (f"{XFER_TIME}_count", None), (f"{PREFILL_TIME}_count", None)
+    after = settled_scrape(client, metrics_urls, (xfer, prefill) if same else (xfer,))
+    engines_after = after if same else settled_scrape(client, prefill_urls, (prefill,))
     load = [r for r in records if not r.is_probe]
     probes = [r for r in records if r.is_probe]
     return PhaseResult(spec=work.spec, client=summarize(load, request.slo),
