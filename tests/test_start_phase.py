@@ -7,6 +7,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from _ports import free_port
+
 from hybridserve.core.launch.health import wait_healthy
 from hybridserve.core.launch.plan import Role, RoleCommand
 from hybridserve.core.launch.process import start_role, stop_roles
@@ -96,8 +98,9 @@ def test_the_watch_reads_what_the_log_grew_by_and_waits_for_a_line_to_end(tmp_pa
 
 def test_wait_healthy_reports_each_phase_of_a_starting_engine(tmp_path):
     """A stand-in engine (a real process) that logs vLLM's lines, then answers /health: the callback hears the
-    phases in order, then SERVING."""
-    port = 18977
+    phases in order, then SERVING. Its port is the kernel's pick: a fixed one once met another test's server,
+    healthy at the first poll, so the callback heard SERVING alone (CI of d9a1f82)."""
+    port = free_port()
     script = (f"import sys, time, http.server\n"
               f"for line in {CUDA_START + CUDA_END!r}.splitlines(keepends=True):\n"
               f"    sys.stdout.write(line); sys.stdout.flush(); time.sleep(0.15)\n"
