@@ -47,7 +47,7 @@ def step(results: dict, name: str, fn) -> object:  # noqa: ANN001
         value = fn()
         results[name] = {"ok": True, "s": round(time.monotonic() - began, 2), "value": value}
         return value
-    except BaseException as exc:  # noqa: BLE001 (a SystemExit from a CLI counts as a failed step)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 (a SystemExit from a CLI counts as a failed step)
         results[name] = {"ok": False, "s": round(time.monotonic() - began, 2),
                          "error": f"{type(exc).__name__}: {exc}"[:2000],
                          "trace": traceback.format_exc()[-4000:]}
