@@ -98,8 +98,8 @@ def test_the_watch_reads_what_the_log_grew_by_and_waits_for_a_line_to_end(tmp_pa
 
 def test_wait_healthy_reports_each_phase_of_a_starting_engine(tmp_path):
     """A stand-in engine (a real process) that logs vLLM's lines, then answers /health: the callback hears the
-    phases in order, then SERVING. Its port is the kernel's pick: a fixed one once met another test's server,
-    healthy at the first poll, so the callback heard SERVING alone (CI of d9a1f82)."""
+    phases in order, then SERVING. Its port is one found free (tests/_ports.py): a fixed one once met a server
+    already healthy at the first poll, so the callback heard SERVING alone (CI of d9a1f82)."""
     port = free_port()
     script = (f"import sys, time, http.server\n"
               f"for line in {CUDA_START + CUDA_END!r}.splitlines(keepends=True):\n"
