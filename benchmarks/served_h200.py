@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -430,8 +431,6 @@ def profile_steps(url: str, prof: dict, common: list[str], args: argparse.Namesp
 
 def profile_totals(table: str) -> dict:
     """The footer of torch's key_averages table: "Self CPU time total: 1.234s", "Self CUDA time total: 56.7ms"."""
-    import re
-
     scale = {"s": 1e3, "ms": 1.0, "us": 1e-3}
     found = {kind: float(value) * scale[unit] for kind, value, unit in
              re.findall(r"Self (CPU|CUDA) time total: ([0-9.]+)(s|ms|us)", table)}

@@ -121,12 +121,10 @@ def pooled(runs: list[dict]) -> dict:
 def median_ratio_ci(default_s: list[float], tuned_s: list[float], *, reps: int = 4000, seed: int = 0) -> list[float]:
     """95 % bootstrap interval of median(default) / median(tuned): each sample set resampled with replacement.
     The H200 run of 2026-12-02 showed why it is needed: 10 TTFTs of a 32k prompt spread 95-129 ms on one server."""
-    import random
+    from hybridserve.core.bench.median_ratio import median_ratio_interval
 
-    rng = random.Random(seed)
-    ratios = sorted(statistics.median(rng.choices(default_s, k=len(default_s)))
-                    / statistics.median(rng.choices(tuned_s, k=len(tuned_s))) for _ in range(reps))
-    return [round(ratios[int(0.025 * reps)], 4), round(ratios[int(0.975 * reps) - 1], 4)]
+    low, high = median_ratio_interval(default_s, tuned_s, resamples=reps, seed=seed)
+    return [round(low, 4), round(high, 4)]
 
 
 def compare(default: dict, tuned: dict) -> dict:

@@ -5,8 +5,8 @@ its raw.tgz).
 
     python3 benchmarks/ttft_spread.py benchmarks/results/h200/idle-2026-12-05/raw.tgz --pairs pd/single single-b/single
 
-Each target's TTFTs are resampled with replacement (--resamples times, seeded), the ratio of the resampled medians
-taken each time; the interval is its 2.5-97.5 % range. An A/A pair (two copies of one configuration) beside each
+The interval is core/bench/median_ratio.py's: each target's TTFTs resampled --resamples times (seeded), the
+ratio of the resampled medians' 2.5-97.5 % range. An A/A pair (two copies of one configuration) beside each
 P/D pair shows the spread that no difference between configurations explains.
 """
 
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import re
 import statistics
 import sys
 import tarfile
 from pathlib import Path
+
+from hybridserve.core.bench.median_ratio import median_ratio_interval
 
 NAME = re.compile(r"bench_idle_(\d+)_([\w.-]+)\.json$")
 
@@ -46,10 +47,7 @@ def read_records(source: Path) -> dict[int, dict[str, list[float]]]:
 
 def spread(num: list[float], den: list[float], *, resamples: int, seed: int) -> tuple[float, float, float]:
     """The ratio of the medians, and its bootstrap 2.5 % and 97.5 % points."""
-    rng = random.Random(seed)
-    ratios = sorted(statistics.median(rng.choices(num, k=len(num))) / statistics.median(rng.choices(den, k=len(den)))
-                    for _ in range(resamples))
-    low, high = ratios[int(0.025 * resamples)], ratios[int(0.975 * resamples) - 1]
+    low, high = median_ratio_interval(num, den, resamples=resamples, seed=seed)
     return statistics.median(num) / statistics.median(den), low, high
 
 
