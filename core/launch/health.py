@@ -52,7 +52,7 @@ def health_status(url: str, *, timeout_s: float = 2.0) -> int | None:
 def wait_healthy(roles: Sequence[RunningRole], *, timeout_s: float, poll_s: float = 0.5,
                  on_progress: ProgressCallback | None = None) -> None:
     """Return when every role is healthy; raise CouldNotRunError when one exits or the deadline passes.
-    `on_progress` hears each engine's start phase as its log shows it (start_phase.py), and SERVING once healthy."""
+    `on_progress` hears each start phase an engine's log enters (start_phase.py), in order, and SERVING once healthy."""
     deadline = time.monotonic() + timeout_s
     pending = {role.name: role for role in roles}
     watches = {role.name: PhaseWatch(role.log_path, start=role.log_start,
@@ -65,14 +65,17 @@ def wait_healthy(roles: Sequence[RunningRole], *, timeout_s: float, poll_s: floa
                 why = start_failure(role.log_path, role.log_start) or role.log_tail()
                 raise CouldNotRunError(f"{name} exited with code {role.popen.returncode} before it was healthy; "
                                        f"log {role.log_path}: {why}")
-            if is_healthy(role.command.url):
-                phase = SERVING
+            healthy = is_healthy(role.command.url)
+            # the log is read after the health check: an engine writes its start-up lines before it answers, so
+            # a healthy one's phases are all there; a poll that comes after several phases names each
+            phases = watches[name].update() if name in watches else []
+            if healthy:
+                phases.append(SERVING)
                 del pending[name]
-            else:
-                phase = watches[name].update() if name in watches else None
-            if on_progress and phase is not None and said.get(name) != phase:
-                said[name] = phase
-                on_progress(name, phase)
+            for phase in phases:
+                if on_progress and said.get(name) != phase:
+                    said[name] = phase
+                    on_progress(name, phase)
         if not pending:
             return
         if time.monotonic() > deadline:

@@ -80,6 +80,16 @@ def phase_of_text(text: str, *, is_eager: bool, phase: str = STARTING) -> str:
     return phase
 
 
+def phases_of_text(text: str, *, is_eager: bool, phase: str = STARTING) -> list[str]:
+    """The phases `text` enters, in order, starting from `phase` (which is not repeated)."""
+    entered: list[str] = []
+    for line in text.replace("\r", "\n").split("\n"):
+        found = phase_of_line(line, is_eager=is_eager)
+        if found is not None and found != (entered[-1] if entered else phase):
+            entered.append(found)
+    return entered
+
+
 class PhaseWatch:
     """One engine's phase, from the bytes its log grew by since the last look (a restart appends: `start`)."""
 
@@ -87,15 +97,18 @@ class PhaseWatch:
         self.log_path, self.offset, self.is_eager = log_path, start, is_eager
         self.phase, self.pending = STARTING, ""
 
-    def update(self) -> str:
+    def update(self) -> list[str]:
+        """The phases the log entered since the last look, in order (a poll may come after several: each is
+        named); `self.phase` is the last."""
         try:
             with open(self.log_path, "rb") as log:
                 log.seek(self.offset)
                 grown = log.read()
         except OSError:
-            return self.phase
+            return []
         self.offset += len(grown)
         text = self.pending + grown.decode("utf-8", errors="replace")
         cut = max(text.rfind("\n"), text.rfind("\r")) + 1  # a line still being written waits for its end
-        self.phase, self.pending = phase_of_text(text[:cut], is_eager=self.is_eager, phase=self.phase), text[cut:]
-        return self.phase
+        entered, self.pending = phases_of_text(text[:cut], is_eager=self.is_eager, phase=self.phase), text[cut:]
+        self.phase = entered[-1] if entered else self.phase
+        return entered
