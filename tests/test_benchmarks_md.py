@@ -18,6 +18,19 @@ from typer.main import get_command
 from hybridserve.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _served_h200_cuda_profile(folder: Path):
+    """served_h200.py and its CUDA profile, the 60-layer bench model's config (tests/data) in `folder`, not the
+    machine's /tmp/m60: a fresh box has none (the first run here without it failed on load_model)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("served_h200", ROOT / "benchmarks/served_h200.py")
+    served = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(served)
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text((ROOT / "tests/data/m60-config.json").read_text())
+    return served, dict(served.profile(False), model=str(folder))
 TEXT = (ROOT / "BENCHMARKS.md").read_text()
 HEAD = TEXT.splitlines()[:40]
 HISTORY = (ROOT / "benchmarks" / "HISTORY.md").read_text()
@@ -287,15 +300,10 @@ def test_the_served_records_deployments_bind_distinct_ports_below_rays_worker_ra
     """All of served_h200.py's deployments run at once on one machine: no two may share a port, and none may sit in
     Ray's worker port range (10,002 and up by default), where the `ray` deployment's workers bind at random. The ray
     deployment is launch's own P/D topology started with `--engine ray`."""
-    import importlib.util
-
     import yaml
 
-    spec = importlib.util.spec_from_file_location("served_h200", ROOT / "benchmarks/served_h200.py")
-    served = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(served)
+    served, prof = _served_h200_cuda_profile(tmp_path / "m60")
     monkeypatch.setattr(served, "STATE", tmp_path)
-    prof = served.profile(False)
     ports: list[int] = []
     for name in served.PD_SHAPES:
         argv = served.launch_argv(name, prof)
@@ -315,17 +323,13 @@ def test_the_served_records_deployments_bind_distinct_ports_below_rays_worker_ra
     assert all(p < 10_002 for p in ports), sorted(ports)
 
 
-def test_the_profile_totals_are_read_from_torchs_table_footer():
+def test_the_profile_totals_are_read_from_torchs_table_footer(tmp_path):
     """served_h200.py's single-prof keeps vLLM's key_averages table; its footer's units are torch's (s, ms, us)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("served_h200", ROOT / "benchmarks/served_h200.py")
-    served = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(served)
+    served, prof = _served_h200_cuda_profile(tmp_path / "m60")
     table = "Name  Self CPU %\n-----\nSelf CPU time total: 1.250s\nSelf CUDA time total: 56.700ms\n"
     assert served.profile_totals(table) == {"self_cpu_total_ms": 1250.0, "self_cuda_total_ms": 56.7}
     assert served.profile_totals("Self CPU time total: 980.000us\n") == {"self_cpu_total_ms": 0.98,
                                                                          "self_cuda_total_ms": None}
-    argv = served.launch_argv("single-prof", served.profile(False))
+    argv = served.launch_argv("single-prof", prof)
     flag = next(a for a in argv if a.startswith("--vllm-arg=--profiler-config="))
     assert '"profiler":"torch"' in flag and '"ignore_frontend":true' in flag
