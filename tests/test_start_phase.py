@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from _ports import free_port
+from _ports import free_base_port, free_port
 
 from hybridserve.core.launch.health import wait_healthy
 from hybridserve.core.launch.plan import Role, RoleCommand
@@ -142,7 +142,8 @@ def test_launch_writes_one_line_per_phase_change_when_stderr_is_not_a_terminal(m
             on_progress("decode-0", phase)
 
     monkeypatch.setattr("hybridserve.core.launch.supervisor.supervise", fake_supervise)
-    result = CliRunner().invoke(app, ["launch", "--role", "all", "--base-port", "41300", "--run-dir", str(tmp_path)])
+    base = free_base_port((0, 100, 150, 200, 250))  # launch checks its ports free first; not the ephemeral range
+    result = CliRunner().invoke(app, ["launch", "--role", "all", "--base-port", str(base), "--run-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     lines = [line for line in result.stderr.splitlines() if line.startswith("decode-0: ")]
     assert [line.rsplit(" (", 1)[0] for line in lines] == [f"decode-0: {p}" for p in (LOADING, COMPILING, SERVING)]
