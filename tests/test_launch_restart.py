@@ -116,6 +116,9 @@ def test_an_engine_answering_503_is_restarted_and_a_proxy_answering_503_is_not(t
     try:
         watch = RoleWatch(roles, limits=FAST, start_timeout_s=1.5)
         _serve_for(watch, 1.5)
+        deadline = time.monotonic() + 20  # a loaded box: three checks 0.2 s apart, then a restart, may take longer
+        while time.monotonic() < deadline and not any(e["event"] == "restarting" for e in read_events(tmp_path)):
+            _serve_for(watch, 0.2)
         failed = [e for e in read_events(tmp_path) if e["event"] == "failed"]
         assert failed and failed[0]["role"] == "decode-0"
         assert "decode-0 failed 3 health checks in a row (HTTP 503; log " in failed[0]["cause"]
