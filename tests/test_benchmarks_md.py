@@ -18,6 +18,17 @@ from typer.main import get_command
 from hybridserve.cli.app import app
 
 ROOT = Path(__file__).resolve().parent.parent
+TEXT = (ROOT / "BENCHMARKS.md").read_text()
+HEAD = TEXT.splitlines()[:40]
+HISTORY = (ROOT / "benchmarks" / "HISTORY.md").read_text()
+RUNNER = ROOT / "benchmarks" / "h200.sh"
+HEADINGS = {line.lstrip("#").strip() for line in TEXT.splitlines() if line.startswith("#")}
+QUESTIONS = ("plan speed", "kernel choice", "transfer bench", "served P/D idle", "served P/D under load", "validate",
+             "CI time")
+# a name part that names a work item, not a measurement: issue13, gpu13, stage14, chain; run4 (a numbered run of a
+# measurement) and GPU models (h200) are names of what was measured
+WORK_ITEM = re.compile(r"^(issue|stage|step|item|task)\d+$|chain|^[a-z]+\d+$")
+MEASURED_NAMES = re.compile(r"^(run\d+[a-z]?|[abh]\d{3})$")
 
 
 def _served_h200_cuda_profile(folder: Path):
@@ -31,17 +42,6 @@ def _served_h200_cuda_profile(folder: Path):
     folder.mkdir(exist_ok=True)
     (folder / "config.json").write_text((ROOT / "tests/data/m60-config.json").read_text())
     return served, dict(served.profile(False), model=str(folder))
-TEXT = (ROOT / "BENCHMARKS.md").read_text()
-HEAD = TEXT.splitlines()[:40]
-HISTORY = (ROOT / "benchmarks" / "HISTORY.md").read_text()
-RUNNER = ROOT / "benchmarks" / "h200.sh"
-HEADINGS = {line.lstrip("#").strip() for line in TEXT.splitlines() if line.startswith("#")}
-QUESTIONS = ("plan speed", "kernel choice", "transfer bench", "served P/D idle", "served P/D under load", "validate",
-             "CI time")
-# a name part that names a work item, not a measurement: issue13, gpu13, stage14, chain; run4 (a numbered run of a
-# measurement) and GPU models (h200) are names of what was measured
-WORK_ITEM = re.compile(r"^(issue|stage|step|item|task)\d+$|chain|^[a-z]+\d+$")
-MEASURED_NAMES = re.compile(r"^(run\d+[a-z]?|[abh]\d{3})$")
 
 
 def _rows() -> list[dict[str, str]]:
