@@ -91,7 +91,9 @@ def test_a_request_queued_past_the_lease_is_kept_alive_by_decodes_heartbeats(dep
     from hybridserve.core.launch.timeline import per_request, read_events
 
     before, received = _refusals(deployment), _refusals(deployment, RECEIVED_LOG_PREFIX)
-    queued = stall.queued_past_lease(deployment.proxy, PROBE, reference, long_max_tokens=3000,
+    # 1,200 tokens ahead of the probe: many leases of wait, and within the proxy's 120 s on a loaded box (3,000 took
+    # 122 s beside one busy loop, 2026-12-05, and the probe got the proxy's 504)
+    queued = stall.queued_past_lease(deployment.proxy, PROBE, reference, long_max_tokens=1200,
                                      decode_url=deployment.decode)
     assert queued.result.outcome is stall.Outcome.RIGHT, queued
     # the premise, by the plugin's timeline: the probe (the last request the proxy began) had prefill's answer, and
