@@ -30,7 +30,7 @@ from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX  # noq
 LEASE_S = 3  # heartbeats every decode step (3 // 6 = 0 s), each extending the lease by 2 s (3 * 2 // 3)
 STOP_S = 7.0  # past the lease (3 s) and the reuse (1.5 s after the lease, then 3 prompts: under a second)
 PROBE = stall.Probe(model=RECALL_MODEL_DIR.name, prompt=load_dataset("synthetic", num_prompts=1, seed=11).examples[0]
-                    .prompt, max_tokens=16)
+                    .prompt, max_tokens=16, timeout_s=300)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +52,7 @@ def deployment(tmp_path_factory, timeline):
     try:
         # one sequence at a time: a second request waits in decode's queue (the last test)
         yield from launch_all(tmp_path_factory.mktemp("lease"), engine={"kv_lease_s": LEASE_S, "max_num_seqs": 1},
-                              proxy_timeout_s=120)
+                              proxy_timeout_s=int(PROBE.timeout_s) - 10)  # the queued probe may wait minutes
     finally:
         os.environ.pop(TIMELINE_FILE, None)
 
@@ -91,9 +91,11 @@ def test_a_request_queued_past_the_lease_is_kept_alive_by_decodes_heartbeats(dep
     from hybridserve.core.launch.timeline import per_request, read_events
 
     before, received = _refusals(deployment), _refusals(deployment, RECEIVED_LOG_PREFIX)
-    # 1,200 tokens ahead of the probe: many leases of wait, and within the proxy's 120 s on a loaded box (3,000 took
-    # 122 s beside one busy loop, 2026-12-05, and the probe got the proxy's 504)
-    queued = stall.queued_past_lease(deployment.proxy, PROBE, reference, long_max_tokens=1200,
+    # 3,000 tokens ahead of the probe: decode ran them at 5.6-40 ms a token in two runs of the server tests beside one
+    # busy loop (2026-12-05), and the client may send the probe seconds after the third token (a busy API server
+    # streams late): 1,200 left the probe 2.3 s of wait, under the 3 s lease; 3,000 took 122 s, past the proxy's
+    # 120 s then, hence its long timeout now
+    queued = stall.queued_past_lease(deployment.proxy, PROBE, reference, long_max_tokens=3000,
                                      decode_url=deployment.decode)
     assert queued.result.outcome is stall.Outcome.RIGHT, queued
     # the premise, by the plugin's timeline: the probe (the last request the proxy began) had prefill's answer, and
