@@ -86,6 +86,13 @@ def _serve_for(watch: RoleWatch, seconds: float) -> None:
         time.sleep(0.05)
 
 
+def _serve_until(watch: RoleWatch, run_dir: Path, event: str, seconds: float = 20) -> None:
+    """Serve until the run's events hold `event`, up to `seconds` (a loaded box checks and restarts late)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and not any(e["event"] == event for e in read_events(run_dir)):
+        _serve_for(watch, 0.2)
+
+
 def test_a_server_that_exits_0_counts_as_failed_and_spends_the_cap_while_the_other_serves(tmp_path):
     roles = _roles(tmp_path, ("decode-0", Role.DECODE, 200, 1.5), ("prefill-0", Role.PREFILL, 200, 0))
     prefill_pid = roles[1].popen.pid
@@ -116,9 +123,7 @@ def test_an_engine_answering_503_is_restarted_and_a_proxy_answering_503_is_not(t
     try:
         watch = RoleWatch(roles, limits=FAST, start_timeout_s=1.5)
         _serve_for(watch, 1.5)
-        deadline = time.monotonic() + 20  # a loaded box: three checks 0.2 s apart, then a restart, may take longer
-        while time.monotonic() < deadline and not any(e["event"] == "restarting" for e in read_events(tmp_path)):
-            _serve_for(watch, 0.2)
+        _serve_until(watch, tmp_path, "restarting")  # three checks 0.2 s apart, then a restart: longer when loaded
         failed = [e for e in read_events(tmp_path) if e["event"] == "failed"]
         assert failed and failed[0]["role"] == "decode-0"
         assert "decode-0 failed 3 health checks in a row (HTTP 503; log " in failed[0]["cause"]
@@ -144,11 +149,9 @@ def test_a_silent_engine_is_busy_until_hung_checks_then_restarted(tmp_path):
         quick = replace(FAST, check_timeout_s=0.2)
         _serve_for(RoleWatch(roles, limits=replace(quick, hung_checks=1000), start_timeout_s=1.5), 1.5)
         assert read_events(tmp_path) == [] and roles[0].popen.pid == first  # 3+ silent checks: still serving
-        # on a loaded box a check can take longer than its timeout to come back: wait for the event, up to 20 s
+        # on a loaded box a check can take longer than its timeout to come back: wait for the event
         watch = RoleWatch(roles, limits=replace(quick, hung_checks=2), start_timeout_s=1.5)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and not any(e["event"] == "failed" for e in read_events(tmp_path)):
-            _serve_for(watch, 0.2)
+        _serve_until(watch, tmp_path, "failed")
         failed = [e for e in read_events(tmp_path) if e["event"] == "failed"]
         assert failed and failed[0]["cause"].startswith("decode-0 gave no answer to 2 health checks in a row")
     finally:
