@@ -42,6 +42,10 @@
 #   bash benchmarks/h200.sh ipc-cache-cost [FLAGS]    # the same section: a READ's time by the target's allocations,
 #                                                     # cuda_ipc cache on, off, and off with the peer pin
 #                                                     # (benchmarks/nixl_ipc_cache_cost.py)
+#   bash benchmarks/h200.sh first-burst-kernel        # "The first burst after a start": FlashInfer's GDN prefill
+#                                                     # paths' first calls in a fresh process (first_burst.py)
+#   bash benchmarks/h200.sh first-burst ROLE WARMUP   # the same section: launch --role ROLE (single, all) with the
+#                                                     # warm-up on or off, a first burst and the same again
 #   bash benchmarks/h200.sh ray-check                 # Ray's bundle beside vLLM 0.26 before a served Ray run: the
 #                                                     # imports, launch --engine ray's dry run, the app built from
 #                                                     # it, the plugin's compat check (benchmarks/ray_h200_check.py);
@@ -418,6 +422,21 @@ cold_start() {  # launch as users serve, cold: the dry run, the time to healthy,
   done
 }
 
+first_burst_kernel() {  # FlashInfer's GDN prefill paths, each first call against its second, in a fresh process
+  setup vllm
+  run "$OUT/first_call.out" "$(left 5)" python3 benchmarks/first_burst.py kernel --out "$OUT"
+  [ -n "$DRY" ] || cat "$OUT/first_call.out"
+}
+
+first_burst() {  # ROLE WARMUP: launch (single or all) at its CUDA defaults, warm-up on or off, a first burst of 32
+  # and the same lengths again, then stop (benchmarks/first_burst.py)
+  setup vllm; [ "$1" = all ] && need_nixl
+  model_60_layers
+  run "$OUT/first_burst_$1_$2.out" "$(left 5)" python3 benchmarks/first_burst.py served --role "$1" --warmup "$2" \
+    --start-timeout "$(left 120)" --out "$OUT"
+  [ -n "$DRY" ] || tail -c 3000 "$OUT/first_burst_$1_$2.out"
+}
+
 ray_check() {  # no engine, no cluster: what a served Ray run would meet first (ray 2.58 here, 2.60 in CI)
   setup vllm ray
   run "$OUT/ray_check.out" "$(left 5)" python3 benchmarks/ray_h200_check.py --out "$OUT/ray_check.json"
@@ -445,8 +464,10 @@ case "$stage" in
   ipc-cache-cost) ipc_cache_cost "$@" ;;
   cold-start) cold_start "$@" ;;
   ray-check) ray_check ;;
+  first-burst-kernel) first_burst_kernel ;;
+  first-burst) first_burst "$@" ;;
   *) echo "stage: copy-bundle, prepare, kernels, kernels-flashqla, tuned-serving, transfer, serve, validate," \
        "fallback-warning, served-start, served-bench, served-faults, served-stop, cold-start, chaos, lease-burst," \
-       "equal-resources, dead-peer, ipc-cache-cost or ray-check" \
+       "equal-resources, dead-peer, ipc-cache-cost, ray-check, first-burst-kernel or first-burst" \
        "(got '${stage}')"; exit 2 ;;
 esac

@@ -26,6 +26,7 @@ from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
 from hybridserve.core.launch.restart import RestartPolicy
 from hybridserve.core.launch.topology import Device, EngineOptions, FirstTokenSource, ProxyKind
+from hybridserve.core.launch.warmup import HELP as WARMUP_HELP
 
 
 def command(
@@ -71,6 +72,8 @@ def command(
                                                           "on it (two roles on one GPU: 0.46 each).")] = VLLM_GPU_MEMORY_UTILIZATION,
     enforce_eager: Annotated[Optional[bool], typer.Option("--enforce-eager/--no-enforce-eager", show_default=False,
                                                          help=limits_help.HELP_ENFORCE_EAGER)] = None,
+    warmup: Annotated[Optional[bool], typer.Option("--warmup/--no-warmup", show_default=False,
+                                                   help=WARMUP_HELP)] = None,
     gpu_memory: Annotated[Optional[str], typer.Option(help="CUDA: one GPU's memory for the context and state-block "
                                                       "checks, GiB or h100, h200, b200, gb200 (default: the "
                                                       "driver's).")] = None,
@@ -107,7 +110,9 @@ def command(
     model): a 2,048-token context, 8 sequences, eager (torch.compile's ~40 s warm-up buys nothing there). The dry
     run says which and why, per engine. --timeout waits per start wave (roles sharing a GPU start one after
     another, unless each has --kv-cache-memory-bytes): a cold CUDA start compiles and captures CUDA graphs (a
-    60-layer P/D start took 279 s on the H200), hence 900 s there.
+    60-layer P/D start took 279 s on the H200), hence 900 s there. Once healthy, each CUDA engine gets a warm-up
+    burst (several prompts at once, up to 17,000 tokens) before it counts as serving, so the first traffic does not
+    wait for the kernels a fresh server compiles on its first multi-sequence steps; --no-warmup skips it.
 
     --restart on-failure (the default) starts a role again when it exits, with any code (vLLM's server exits 0 once
     its engine died), or fails 3 health checks in a row, after 1, 2, 4 ... 30 s, while the others serve and the
@@ -147,7 +152,8 @@ def command(
         attention_backend=AttentionBackend.parse(attention_backend) if attention_backend else None,
         num_speculative_tokens=num_speculative_tokens,
         gdn_prefill_backend=gdn_prefill_backend, is_plugin_fixes=plugin_fixes,
-        gpu_memory_utilization=gpu_memory_utilization, is_enforce_eager=enforce_eager, max_num_seqs=max_num_seqs)
+        gpu_memory_utilization=gpu_memory_utilization, is_enforce_eager=enforce_eager, max_num_seqs=max_num_seqs,
+        warmup=warmup)
     request = LaunchRequest(role=Role.parse(role), model=model, topology_file=topology, index=index,
                             device=Device.parse(device), engine=engine, base_port=base_port,
                             num_cores=os.cpu_count() or 1, vllm_version=vllm_version, is_dry_run=dry_run,

@@ -48,7 +48,9 @@ def launch_dict(plan: LaunchPlan) -> dict[str, Any]:
          "num_blocks": c.cache.capacity.num_blocks if c.cache and c.cache.capacity else None,
          "async_scheduling": ({"is_on": c.async_scheduling.is_on, "reason": c.async_scheduling.reason}
                               if c.async_scheduling else None),
-         "limits": _limits_dict(c.limits)}
+         "limits": _limits_dict(c.limits),
+         "warmup": ({"prompt_tokens": list(c.warmup.prompt_tokens), "max_tokens": c.warmup.max_tokens,
+                     "reason": c.warmup.reason} if c.warmup is not None else None)}
         for c in plan.commands]}
 
 
@@ -80,6 +82,8 @@ def render_dry_run(plan: LaunchPlan) -> None:
                               soft_wrap=True)
         for line in c.limits.lines() if c.limits is not None else ():
             out_console.print(f"# {line}", highlight=False, markup=False, soft_wrap=True)
+        if c.warmup is not None:
+            out_console.print(f"# {c.warmup.line()}", highlight=False, markup=False, soft_wrap=True)
         secrets = [f'{k}="$(cat {shlex.quote(str(path))})"' for k, path in c.secret_env]  # the file, not the key
         env = " ".join([*(f"{k}={shlex.quote(v)}" for k, v in c.env), *secrets])
         out_console.print(f"{env} \\\n  {shlex.join(c.argv)}\n", highlight=False, soft_wrap=True, markup=False)

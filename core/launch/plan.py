@@ -13,6 +13,7 @@ from pathlib import Path
 
 from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.common.warm_state import WARM_FILE
 from hybridserve.core.launch import keys
 from hybridserve.core.launch.async_scheduling import AsyncScheduling
 from hybridserve.core.launch.async_scheduling import resolve as resolve_async
@@ -30,6 +31,8 @@ from hybridserve.core.launch.replicas import KIND as REPLICA
 from hybridserve.core.launch.replicas import check_shape
 from hybridserve.core.launch.router_command import metrics_port, router_argv
 from hybridserve.core.launch.topology import Device, EngineInstance, ProxyKind, Topology
+from hybridserve.core.launch.warmup import WarmupBurst, warmup_burst
+from hybridserve.core.launch.warmup import is_on as is_warmup_on
 
 PROXY_MODULE = "hybridserve.core.proxy"
 
@@ -71,6 +74,7 @@ class RoleCommand:
     share: str | None = None  # engines: what of the machine it gets, in words (mps.share_line)
     async_scheduling: AsyncScheduling | None = None  # engines: on or off, and why (async_scheduling.py)
     limits: EngineLimits | None = None  # engines: context, sequences, eager, and why (engine_limits.py)
+    warmup: WarmupBurst | None = None  # engines: the burst sent once healthy, before it counts as serving (warmup.py)
 
     @property
     def url(self) -> str:
@@ -114,7 +118,7 @@ def make_launch_plan(topology: Topology, role: Role, *, index: int | None = None
     key = _engine_key(topology, role)
     commands = [
         _engine_command(python, name, kind, topology, inst, cache_of[name], place[name], key,
-                        (gpu_memory_bytes, gpu_name))
+                        (gpu_memory_bytes, gpu_name), model.max_context_tokens)
         for name, kind, inst in engines
         if role in (Role.ALL, Role.SINGLE) or (role.value == kind and index in (None, int(name.rsplit("-", 1)[1])))
     ]
@@ -137,7 +141,7 @@ def _engine_key(topology: Topology, role: Role) -> Path | None:
 
 def _engine_command(python: str, name: str, kind: str, topology: Topology, inst: EngineInstance,
                     cache: InstanceCache, place: EnginePlacement, key: Path | None,
-                    gpu: tuple[int | None, str | None]) -> RoleCommand:
+                    gpu: tuple[int | None, str | None], model_context: int | None) -> RoleCommand:
     memory, gpu_name = gpu
     is_cuda = topology.device is Device.CUDA
     fit = (context_fit(cache.layout, memory_bytes=memory, share=place.gpu_memory_utilization)
@@ -156,7 +160,13 @@ def _engine_command(python: str, name: str, kind: str, topology: Topology, inst:
                        sm_percent=inst.sm_percent if place.gpus is not None else None,
                        share=share_line(topology.device, inst, place.gpus, place.gpu_memory_utilization),
                        async_scheduling=resolve_async(topology.engine.is_async_scheduling, topology.device),
-                       limits=limits)
+                       limits=limits, warmup=_warmup(topology, limits, model_context))
+
+
+def _warmup(topology: Topology, limits: EngineLimits, model_context: int | None) -> WarmupBurst | None:
+    context = limits.max_model_len.value
+    return warmup_burst(topology.device, topology.engine.warmup,
+                        max_context_tokens=context if isinstance(context, int) else model_context)
 
 
 def proxy_command(python: str, topology: Topology, engine_key: Path | None = None) -> RoleCommand:
@@ -178,6 +188,8 @@ def proxy_command(python: str, topology: Topology, engine_key: Path | None = Non
         argv += ["--api-key-file", str(proxy.api_key_file)]
     if engine_key is not None:
         argv += ["--engine-key-file", str(engine_key)]
+    if is_warmup_on(topology.device, topology.engine.warmup):
+        argv += ["--warm-file", WARM_FILE]  # the run folder's (the proxy's working directory): warming.py
     return RoleCommand(name="proxy", role=Role.PROXY, argv=tuple(argv), env=(("PYTHONUNBUFFERED", "1"),),
                        host=proxy.host, port=proxy.port)
 

@@ -46,6 +46,8 @@ def prepare_launch(request: LaunchRequest) -> LaunchPlan:
     if request.vllm_args:
         topology = replace(topology, engine=replace(topology.engine,
                                                     vllm_args=topology.engine.vllm_args + request.vllm_args))
+    if request.engine.warmup is not None:  # --warmup / --no-warmup wins over a topology file's engine: warmup
+        topology = replace(topology, engine=replace(topology.engine, warmup=request.engine.warmup))
     if request.router is not None:
         topology = replace(topology, proxy=replace(topology.proxy, kind=request.router))
     if request.first_token is not None:

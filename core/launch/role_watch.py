@@ -1,12 +1,14 @@
 """Serving with `--restart on-failure`: watch every role, restart the one that fails, keep the others serving.
 
-Each role is SERVING, WAITING (its backoff) or STARTING (started again, not yet healthy). A SERVING role fails when it
-exits (any code) or misses `unhealthy_checks` health checks in a row: an engine must answer /health with 200 (vLLM
+Each role is SERVING, WAITING (its backoff), STARTING (started again, not yet healthy) or WARMING (healthy again,
+its warm-up burst under way: warming.py; the proxy keeps client requests off it meanwhile). A SERVING role fails when
+it exits (any code) or misses `unhealthy_checks` health checks in a row: an engine must answer /health with 200 (vLLM
 answers 503 once its engine core is dead); the proxy role only has to answer at all (vllm-router answers 503 while a
 worker is out, and taking workers out is the router's own business). A failed role's process group is SIGKILLed at
 once (the ports must be free for its restart) and the ledger (restart.py) gives its backoff or spends the cap. Every
 transition is an event: one JSON line in `<run folder>/restarts.jsonl` (what the chaos bench reads) and one message.
-Engines that share a GPU start one at a time, as at launch (vLLM sizes its KV cache from the memory free then).
+Engines that share a GPU start (and warm up) one at a time, as at launch (vLLM sizes its KV cache from the memory
+free then).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Phase(enum.Enum):
     SERVING = "serving"
     WAITING = "waiting"
     STARTING = "starting"
+    WARMING = "warming"
 
 
 @dataclass
@@ -55,6 +58,7 @@ class Watched:
     slow_checks: int = 0  # checks in a row the server took but did not answer in time
     down_since: float = 0.0
     last_status: int | None = field(default=None)
+    warm_up: Future | None = None  # WARMING: the burst's seconds (warming.Warmer.warm), or its error
 
 
 def is_alive(role: RunningRole, status: int | None) -> bool:
@@ -73,6 +77,8 @@ class RoleWatch:
         self.next_check = 0.0
         self.checks = ThreadPoolExecutor(max_workers=max(1, len(self.watched)), thread_name_prefix="health")
         self.pending: dict[str, Future] = {}
+        self.warmer = getattr(roles, "warmer", None)  # runner.started's; None: no warm-ups (tests' bare roles)
+        self.warm_ups = ThreadPoolExecutor(max_workers=max(1, len(self.watched)), thread_name_prefix="warm")
 
     def serve(self, *, poll_s: float = 0.5) -> None:
         """Until the cap is spent (RestartCapSpentError) or a signal ends it (supervisor.Stop)."""
@@ -82,6 +88,7 @@ class RoleWatch:
                 time.sleep(poll_s)
         finally:
             self.checks.shutdown(wait=False, cancel_futures=True)
+            self.warm_ups.shutdown(wait=False, cancel_futures=True)
 
     def tick(self) -> None:
         now = self.clock()
@@ -93,6 +100,8 @@ class RoleWatch:
                 self._start(w, now)
             elif w.phase is Phase.STARTING:
                 self._starting(w, now)
+            elif w.phase is Phase.WARMING:
+                self._warming(w, now)
 
     def _probe(self, now: float) -> dict[str, int | None]:
         """The /health statuses that came back since the last tick. Every check_every_s all SERVING roles are asked
@@ -132,14 +141,33 @@ class RoleWatch:
             why = start_failure(w.role.log_path, w.role.log_start)
             return self._fail(w, f"{w.role.exit_reason} before it was healthy{f'; {why}' if why else ''}", now)
         if health_status(w.role.command.url, timeout_s=2.0) == 200:
-            w.phase, w.missed_checks, w.slow_checks = Phase.SERVING, 0, 0
-            return self._event("serving", w, f"{w.role.name} serving again, {now - w.down_since:.1f} s after it "
-                                             f"failed", down_s=round(now - w.down_since, 2))
+            if self.warmer is not None and w.role.name in self.warmer.bursts:
+                w.phase, w.warm_up = Phase.WARMING, self.warm_ups.submit(self.warmer.warm, w.role)
+                return self._event("warming", w, f"{w.role.name} healthy again, warming up before it serves")
+            return self._serving_again(w, now)
         if now > w.until:
             return self._fail(w, f"{w.role.name} not healthy {self.start_timeout_s:.0f} s after its restart", now)
         return None
 
+    def _warming(self, w: Watched, now: float) -> None:
+        if not w.role.is_running:
+            return self._fail(w, f"{w.role.exit_reason} during its warm-up", now)
+        if w.warm_up is None or not w.warm_up.done():
+            return None
+        error = w.warm_up.exception()
+        if error is not None:
+            return self._fail(w, str(error), now)
+        return self._serving_again(w, now, warm_s=round(w.warm_up.result(), 2))
+
+    def _serving_again(self, w: Watched, now: float, **fields: object) -> None:
+        w.phase, w.missed_checks, w.slow_checks, w.warm_up = Phase.SERVING, 0, 0, None
+        warm = f" (warm-up {fields['warm_s']:.1f} s)" if "warm_s" in fields else ""
+        self._event("serving", w, f"{w.role.name} serving again, {now - w.down_since:.1f} s after it failed{warm}",
+                    down_s=round(now - w.down_since, 2), **fields)
+
     def _fail(self, w: Watched, cause: str, now: float) -> None:
+        if self.warmer is not None:
+            self.warmer.mark_cold(w.role)  # before its restart can answer /health: the proxy waits for the warm-up
         _kill_group(w.role)
         if w.phase is Phase.SERVING:
             w.down_since = now
@@ -160,7 +188,8 @@ class RoleWatch:
 
     def _gpu_busy(self, w: Watched) -> bool:
         mine = set(w.role.command.gpus or ())
-        return bool(mine) and any(o.phase is Phase.STARTING and mine & set(o.role.command.gpus or ())
+        return bool(mine) and any(o.phase in (Phase.STARTING, Phase.WARMING)
+                                  and mine & set(o.role.command.gpus or ())
                                   for o in self.watched if o is not w)
 
     def _event(self, event: str, w: Watched, message: str, **fields: object) -> None:

@@ -17,6 +17,7 @@ from hybridserve.core.launch.plan import LaunchPlan, RoleCommand
 from hybridserve.core.launch.process import RunningRole, start_role, stop_roles
 from hybridserve.core.launch.health import ProgressCallback, wait_healthy
 from hybridserve.core.launch.start_phase import WAITING
+from hybridserve.core.launch.warming import Warmer
 from hybridserve.core.launch.stale_run import LAUNCHER_PID_FILE  # a later launch reads it (stale_run.py)
 
 
@@ -37,6 +38,7 @@ class StartedRoles(list):
     def __init__(self, run_dir: Path, guard: Guard) -> None:
         super().__init__()
         self.run_dir, self.guard = run_dir, guard
+        self.warmer: Warmer | None = None  # the run's warm-ups (warming.py), which restarts repeat
 
     def start(self, command: RoleCommand) -> RunningRole:
         role = start_role(command, self.run_dir)
@@ -65,6 +67,7 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
     guard = Guard()
     roles = StartedRoles(run_dir, guard)
     start = roles.start
+    warmer = roles.warmer = Warmer.of_plan(plan, run_dir, timeout_s=timeout_s, on_progress=on_progress)
 
     try:
         engines = {c.name: c for c in plan.commands if c.role.is_engine}
@@ -75,7 +78,9 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
             if on_progress is not None:
                 on_progress(name, WAITING)
         for wave in waves:
-            wait_healthy([start(engines[name]) for name in wave], timeout_s=timeout_s, on_progress=on_progress)
+            wave_roles = [start(engines[name]) for name in wave]
+            wait_healthy(wave_roles, timeout_s=timeout_s, on_progress=warmer.heard)
+            warmer.warm_all(wave_roles)  # before the next wave and the proxy: no traffic meets a cold engine
         proxies = [start(c) for c in plan.commands if not c.role.is_engine]
         wait_healthy(proxies, timeout_s=min(timeout_s, 60.0), on_progress=on_progress)
         yield roles

@@ -86,6 +86,7 @@ class EngineOptions:
     seed: int = 0
     gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION  # CUDA: the part of each GPU split among the roles on it (gpus.py)
     is_enforce_eager: bool | None = None  # --enforce-eager: no torch.compile, no graphs; None: on CPU only
+    warmup: bool | None = None  # --warmup: a burst once healthy, before serving (warmup.py); None: on CUDA only
     vllm_args: tuple[str, ...] = ()  # passed to every engine after launch's flags (--vllm-arg; passthrough.py)
     api_key_file: Path | None = None  # the engines' key (VLLM_API_KEY), which only the proxy holds (keys.py)
 

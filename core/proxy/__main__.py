@@ -32,6 +32,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
                         help="file with the key the engines ask for (their VLLM_API_KEY)")
     parser.add_argument("--health-interval", type=float, default=1.0,
                         help="seconds between probes of every server's /health (core/proxy/health_watch.py)")
+    parser.add_argument("--warm-file", type=Path, default=None,
+                        help="launch's warm file: a server it still warms up after a restart gets no requests")
     args = parser.parse_args(argv)
     is_pd, is_mixed = bool(args.prefill and args.decode), bool(args.replica and (args.prefill or args.decode))
     if is_mixed or not (is_pd or args.replica):
@@ -45,7 +47,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
                          replica_urls=tuple(args.replica),
                          policy=RoutingPolicy.parse(args.policy), timeout_s=args.timeout, model_name=args.model_name,
                          first_token=FirstTokenSource.parse(args.first_token),
-                         health_interval_s=args.health_interval if args.health_interval > 0 else None, **keys)
+                         health_interval_s=args.health_interval if args.health_interval > 0 else None,
+                         warm_file=args.warm_file, **keys)
     return config, args.host, args.port
 
 

@@ -27,6 +27,7 @@ from hybridserve.core.proxy import eligibility, failover, first_token, hops, rel
 from hybridserve.core.proxy.auth import BearerGuard
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.metrics import ProxyMetrics
+from hybridserve.core.proxy.health_watch import EndpointHealth
 from hybridserve.core.proxy.routing import EndpointPool
 from hybridserve.core.proxy.stopping import Stopping
 from hybridserve.core.vllm_plugin import timeline
@@ -34,13 +35,16 @@ from hybridserve.core.vllm_plugin import timeline
 
 def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
     """`transport` replaces the network for tests (httpx.MockTransport); None: real connections."""
+    def pool(role: str, urls: tuple[str, ...]) -> EndpointPool:
+        return EndpointPool(role, urls, config.policy, EndpointHealth(urls, warm_file=config.warm_file))
+
     if config.replica_urls:  # aggregated serving: one pool, each request whole to one replica
         prefill_pool = decode_pool = None
-        replica_pool = EndpointPool("replica", config.replica_urls, config.policy)
+        replica_pool = pool("replica", config.replica_urls)
         pools = {"replica": replica_pool}
     else:
-        prefill_pool = EndpointPool("prefill", config.prefill_urls, config.policy)
-        decode_pool = EndpointPool("decode", config.decode_urls, config.policy)
+        prefill_pool = pool("prefill", config.prefill_urls)
+        decode_pool = pool("decode", config.decode_urls)
         replica_pool, pools = None, {"prefill": prefill_pool, "decode": decode_pool}
     metrics = ProxyMetrics()
     stopping = Stopping()  # set by server.py as the proxy begins to stop: the streams it relays end then

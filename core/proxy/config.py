@@ -4,6 +4,7 @@ wait, the keys."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hybridserve.core.launch.topology import FirstTokenSource, RoutingPolicy
 
@@ -21,3 +22,4 @@ class ProxyConfig:
     api_key: str | None = field(default=None, repr=False)  # what clients must send; None: the door is open
     engine_key: str | None = field(default=None, repr=False)  # what the proxy sends the engines; None: nothing
     health_interval_s: float | None = None  # probe every server's /health this often (health_watch.py); None: never
+    warm_file: Path | None = None  # launch's warm file (core/common/warm_state.py): servers it still warms stay down

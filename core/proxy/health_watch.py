@@ -3,7 +3,8 @@ that could not reach a server marks it down at once (until a probe finds it answ
 
 vLLM answers /health with 200 while its engine runs and 503 once the engine core is dead; a server being restarted
 by launch (core/launch/role_watch.py) does not answer at all. The proxy's own /health lists the servers down, and
-routing (routing.py) skips them while another server of the role is up.
+routing (routing.py) skips them while another server of the role is up. With launch's warm file (`--warm-file`,
+core/common/warm_state.py) a server that answers 200 while launch still warms it up after a restart stays down.
 """
 
 from __future__ import annotations
@@ -11,8 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 import httpx
+
+from hybridserve.core.common.warm_state import WARMING, read_warm_state
 
 PROBE_TIMEOUT_S = 2.0  # a busy server's /health may wait behind its work; a dead one refuses at once
 logger = logging.getLogger("hybridserve.proxy")
@@ -27,7 +31,8 @@ HOP_DOWN_S = 5.0
 class EndpointHealth:
     """Up/down per server URL; every server starts up (launch starts the proxy once the engines are healthy)."""
 
-    def __init__(self, urls: tuple[str, ...]) -> None:
+    def __init__(self, urls: tuple[str, ...], *, warm_file: Path | None = None) -> None:
+        self.warm_file = warm_file  # launch's (warm_state.py); None: /health alone decides
         self.down: dict[str, str] = {}  # url -> why
         self.since: dict[str, float] = {}  # url -> time.time() it went down
         self.expires: dict[str, float] = {}  # url -> when a hop's mark lapses (probes' marks do not)
@@ -85,10 +90,15 @@ class EndpointHealth:
             self.mark_down(url, f"/health: {type(exc).__name__}", is_probe=True)
             return
         self.slow.pop(url, None)
-        if response.status_code == 200:
+        if response.status_code == 200 and self.is_warming(url):
+            self.mark_down(url, "warming up (launch's warm-up burst after a restart)", is_probe=True)
+        elif response.status_code == 200:
             self.mark_up(url)
         else:
             self.mark_down(url, f"/health: HTTP {response.status_code}", is_probe=True)
+
+    def is_warming(self, url: str) -> bool:
+        return self.warm_file is not None and read_warm_state(self.warm_file).get(url) == WARMING
 
     def check_now(self, url: str) -> None:
         """Probe `url` now, not at its next turn: a hop's connection broke mid-request. A dead server refuses and is
