@@ -435,6 +435,7 @@ first_burst() {  # ROLE WARMUP: launch (single or all) at its CUDA defaults, war
   run "$OUT/first_burst_$1_$2.out" "$(left 5)" python3 benchmarks/first_burst.py served --role "$1" --warmup "$2" \
     --start-timeout "$(left 120)" --out "$OUT"
   [ -n "$DRY" ] || tail -c 3000 "$OUT/first_burst_$1_$2.out"
+  pack  # the engine logs under runs/ too (at most 8 files come back)
 }
 
 ray_check() {  # no engine, no cluster: what a served Ray run would meet first (ray 2.58 here, 2.60 in CI)
