@@ -1,12 +1,13 @@
 """The warm-up burst: what launch sends each engine once it is healthy, before the role counts as serving.
 
 A fresh vLLM server reports healthy before it has run the steps a first burst of traffic brings. On an H100
-(2026-12-07, vLLM 0.26, the 60-layer model, launch's CUDA defaults) a first burst of 32 requests waited a median of
-13 s for token 1, the same burst a minute later 2.1 s. vLLM 0.26 warms its GDN prefill with one 64-token sequence
-(qwen_gdn_linear_attn.py `_warmup_prefill_kernels`); FlashInfer 0.6.14 takes another kernel on Hopper once a step
-holds several sequences (gdn_prefill.py: the context-parallel path only while num_seqs x heads < SMs / 2), and
-compiles each CuTe DSL kernel on its first call into a cache that lives in the process
-(delta_rule_dsl/custom_compile_cache.py `_in_mem_compile_cache`): every start and restart compiles it again.
+(2026-12-08, vLLM 0.26, the 60-layer model, launch's CUDA defaults) a first burst of 32 requests waited a TTFT p90 of
+13.0 s, the same burst again 3.25 s. vLLM's JIT monitor names it: "CuTeDSL JIT compilation during inference:
+_FullyFusedDeltaRuleSm90", FlashInfer 0.6.14's GDN prefill for a step of several sequences (gdn_prefill.py: the
+context-parallel path serves one sequence alone; vLLM 0.26 warms only that one, `_warmup_prefill_kernels`), compiled
+in 8.7 s at its first call into a cache that lives in the process (delta_rule_dsl/custom_compile_cache.py): every
+start and restart paid it. With this burst (10.0 s) the first burst's p90 was 0.98x the same burst again
+(BENCHMARKS.md, "The first burst after a start").
 
 So the burst is the shape of a first burst, sent all at once: several sequences in one prefill step, prompts
 longer than FlashInfer's 4,096-token context-parallel chunk and than vLLM's 8,192-token step (a chunk that
