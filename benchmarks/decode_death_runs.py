@@ -38,7 +38,7 @@ from hybridserve.core.chaos.run import (ChaosSpec, _kill_groups, _lines_naming, 
                                         _wait_all_up, start_launch, topology_yaml)
 from hybridserve.core.chaos.tally import verdicts
 from hybridserve.core.common import keepalive
-from hybridserve.core.launch.timeline import read_events
+from hybridserve.core.chaos.timeline_gaps import read_events
 from hybridserve.core.validate.thresholds import Thresholds
 
 

@@ -32,7 +32,7 @@ blocks (93)"), passed to the single servers too:
   pd-b / pd beside it). Ray's ingress has no /metrics: its rows have the client's numbers only.
 - pd-lease: issue 39's burst deployment (a 5 s KV lease, decode's queue made to outlast it: LEASE_ENGINE; ports +400,
   its timeline in its own file); nothing here measures it: `lease_burst.py --attach` does (h200.sh lease-burst).
-pd and pd-ipc-cache write the plugin's per-request timeline (core/vllm_plugin/timeline.py): where decode's time
+pd and pd-ipc-cache write the plugin's per-request timeline (core/common/timeline_log.py): where decode's time
 goes between the proxy's hop and the first token.
 """
 
@@ -261,7 +261,7 @@ def schedulers(info: dict) -> dict:
 
 def peer_pins(info: dict) -> dict:
     """engine log -> the plugin's peer pin lines (core/vllm_plugin/peer_pin.py): each pinned prefill, or why not."""
-    from hybridserve.core.vllm_plugin.peer_pin import PINNED_LOG_PREFIX, UNPINNED_LOG_PREFIX
+    from hybridserve.core.common.contracts import PINNED_LOG_PREFIX, UNPINNED_LOG_PREFIX
 
     out = {}
     for log in sorted(Path(info["run_dir"]).glob("*.log")) if info.get("run_dir") else ():
@@ -383,7 +383,7 @@ def bench(args: argparse.Namespace, prof: dict) -> dict:
                 sent.append((f"{phase}/{name}", DECODE_OF[name],
                              [(length + 1, prof["output_len"] - 1)] * prof["idle_requests"][length]))
             if name in DECODE_OF and TIMELINE.exists() and run.get("started"):  # the timeline's writers
-                from hybridserve.core.launch.timeline import breakdown
+                from hybridserve.core.chaos.timeline_gaps import breakdown
 
                 report["timeline"][f"{phase}/{name}"] = breakdown(TIMELINE, since=run["started"],
                                                                   until=run["ended"])

@@ -1,6 +1,6 @@
 """Served P/D against one server, 60-layer model, in ONE device call: `hybridserve bench` idle at 1k/8k/32k and
 under load, decode's NIXL stats (bench reads decode's /metrics) and the per-request timeline of the plugin
-(HYBRIDSERVE_TIMELINE_FILE, joined by core/launch/timeline.py). Feeds BENCHMARKS.md, "Served P/D".
+(HYBRIDSERVE_TIMELINE_FILE, joined by core/chaos/timeline_gaps.py). Feeds BENCHMARKS.md, "Served P/D".
 
     python3 benchmarks/served_pd.py --out $OUT --label before                 # on the H200 (h200.sh serve)
     python3 benchmarks/served_pd.py --out $OUT --label after --pd-env KEY=VALUE  # a switch of the P/D roles
@@ -252,7 +252,7 @@ def main() -> None:
         for proc in (classic, single, pd):
             if proc is not None:
                 stop(proc)
-    from hybridserve.core.launch.timeline import breakdown
+    from hybridserve.core.chaos.timeline_gaps import breakdown
 
     for name, phase in report["phases"].items():
         if timeline_file.exists():

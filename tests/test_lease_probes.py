@@ -35,7 +35,7 @@ PROBE = stall.Probe(model=RECALL_MODEL_DIR.name, prompt=load_dataset("synthetic"
 
 @pytest.fixture(scope="module")
 def timeline(tmp_path_factory):
-    """The plugin's per-request timeline (core/vllm_plugin/timeline.py), written by the proxy and both engines."""
+    """The plugin's per-request timeline (core/common/timeline_log.py), written by the proxy and both engines."""
     return tmp_path_factory.mktemp("timeline") / "timeline.jsonl"
 
 
@@ -45,7 +45,7 @@ def deployment(tmp_path_factory, timeline):
 
     from _launched import launch_all
 
-    from hybridserve.core.vllm_plugin.timeline import TIMELINE_FILE
+    from hybridserve.core.common.contracts import TIMELINE_FILE_ENV as TIMELINE_FILE
 
     # launch, its proxy and its engines inherit the variable (launch_all starts launch with this environment)
     os.environ[TIMELINE_FILE] = str(timeline)
@@ -88,7 +88,7 @@ def test_vllms_own_decode_hop_sent_after_the_lease_is_refused_and_answered_right
 
 
 def test_a_request_queued_past_the_lease_is_kept_alive_by_decodes_heartbeats(deployment, reference, timeline):
-    from hybridserve.core.launch.timeline import per_request, read_events
+    from hybridserve.core.chaos.timeline_gaps import per_request, read_events
 
     before, received = _refusals(deployment), _refusals(deployment, RECEIVED_LOG_PREFIX)
     # 3,000 tokens ahead of the probe: decode ran them at 5.6-40 ms a token in two runs of the server tests beside one

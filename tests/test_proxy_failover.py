@@ -21,9 +21,9 @@ DROPPED = httpx.RemoteProtocolError("Server disconnected without sending a respo
 
 @pytest.fixture
 def events(monkeypatch):
-    """The timeline events the proxy emits (core/vllm_plugin/timeline.py), as (event, fields)."""
+    """The timeline events the proxy emits (core/common/timeline_log.py), as (event, fields)."""
     seen: list[tuple[str, dict]] = []
-    monkeypatch.setattr(failover.timeline, "emit", lambda event, req, **f: seen.append((event, f)))
+    monkeypatch.setattr(failover.timeline_log, "emit", lambda event, req, **f: seen.append((event, f)))
     return seen
 
 
@@ -282,7 +282,7 @@ def test_a_broken_hop_probes_its_server_now_a_dead_one_is_down_a_stalled_one_sta
 
 
 def test_the_timeline_join_counts_retries_and_fallbacks_as_proxy_events():
-    from hybridserve.core.launch.timeline import per_request
+    from hybridserve.core.chaos.timeline_gaps import per_request
 
     rid = "ab" * 16
     events = [{"t": 1.0, "pid": 1, "event": "hop1_start", "req": rid},

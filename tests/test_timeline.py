@@ -8,8 +8,10 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 
-from hybridserve.core.launch import timeline as report
-from hybridserve.core.vllm_plugin import timeline
+from hybridserve.core.chaos import timeline_gaps as report
+from hybridserve.core.common import timeline_log
+from hybridserve.core.vllm_plugin import timeline as timeline
+from hybridserve.core.common.contracts import TIMELINE_FILE_ENV
 
 RID = "0123456789abcdef0123456789abcdef"
 
@@ -17,8 +19,8 @@ RID = "0123456789abcdef0123456789abcdef"
 @pytest.fixture
 def timeline_file(tmp_path, monkeypatch):
     path = tmp_path / "timeline.jsonl"
-    monkeypatch.setattr(timeline, "_fd", [])
-    timeline.open_file(str(path))
+    monkeypatch.setattr(timeline_log, "_fd", [])
+    timeline_log.open_file(str(path))
     yield path
 
 
@@ -87,10 +89,10 @@ def test_worker_events_post_and_done(timeline_file):
 
 
 def test_off_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(timeline, "_fd", [])
-    timeline.emit("arrive", "x")  # no file open: nothing, no error
-    assert timeline.path_from_env({}) is None
-    assert timeline.path_from_env({timeline.TIMELINE_FILE: " /tmp/x "}) == "/tmp/x"
+    monkeypatch.setattr(timeline_log, "_fd", [])
+    timeline_log.emit("arrive", "x")  # no file open: nothing, no error
+    assert timeline_log.path_from_env({}) is None
+    assert timeline_log.path_from_env({TIMELINE_FILE_ENV: " /tmp/x "}) == "/tmp/x"
 
 
 def test_class_without_a_method_stays_unpatched(timeline_file, caplog):

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from hybridserve.core.common.contracts import PLAN_FILE
 from hybridserve.core.launch.engine_command import API_SERVER_MODULE
 from hybridserve.core.launch.stale_run import find_live_runs
 
@@ -45,7 +46,7 @@ def engines_of_plan(commands, run_dir: Path | None = None) -> tuple[LaunchedEngi
 def read_run(run_dir: Path) -> tuple[list[dict], tuple[LaunchedEngine, ...]]:
     """plan.json's entries and the engines among them; ([], ()) when there is no readable plan."""
     try:
-        entries = json.loads((run_dir / "plan.json").read_text())
+        entries = json.loads((run_dir / PLAN_FILE).read_text())
     except (OSError, ValueError):
         return [], ()
     if not isinstance(entries, list):

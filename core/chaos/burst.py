@@ -2,7 +2,7 @@
 judged against prefill's own (reference.py), and what the lease went through, counted from the run's own records
 (benchmarks/lease_burst.py; BENCHMARKS.md, "Prefill's KV lease").
 
-From the timeline (core/launch/timeline.py, keyed by X-Request-Id): how long each request waited in decode's queue
+From the timeline (core/chaos/timeline_gaps.py, keyed by X-Request-Id): how long each request waited in decode's queue
 (decode `arrive` -> `alloc`) and how long prefill's blocks had to outlive the request's prefill (prefill's token ->
 decode's NIXL READ seen done): a value above the lease is a READ the lease alone would not have covered. From the
 logs: READs the guard refused (decode), leases prefill let expire and READs it saw after that (vLLM's own lines).
@@ -21,8 +21,8 @@ import httpx
 
 from hybridserve.core.chaos.load import Load, Sent
 from hybridserve.core.chaos.tally import verdicts
-from hybridserve.core.launch.timeline import per_request, read_events
-from hybridserve.core.vllm_plugin.lease_guard import REFUSED_LOG_PREFIX
+from hybridserve.core.chaos.timeline_gaps import per_request, read_events
+from hybridserve.core.common.contracts import REFUSED_LOG_PREFIX
 
 EXPIRED_LOG = "Releasing expired KV blocks for request"  # vLLM's prefill (0.26 and 0.32 _reap_expired_send_leases)
 LATE_READ_LOG = "Potentially invalid KV blocks for unrecognized request"  # vLLM's prefill (pull_worker _get_new_notifs)

@@ -27,11 +27,10 @@ from hybridserve.core.chaos.reference import prompt_pool, references
 from hybridserve.core.chaos.tally import Kill, KillRow, held_seconds, released_seconds, tally, verdicts
 from hybridserve.core.launch.guard import wait_groups_gone
 from hybridserve.core.launch.health import health_status
-from hybridserve.core.launch.role_watch import RESTART_LOG, read_events
-from hybridserve.core.launch.timeline import read_events as read_timeline
+from hybridserve.core.launch.role_watch import read_events
+from hybridserve.core.chaos.timeline_gaps import read_events as read_timeline
+from hybridserve.core.common.contracts import RELEASED_EVENT, RESTART_LOG, TIMELINE_FILE_ENV
 from hybridserve.core.validate.thresholds import Thresholds
-from hybridserve.core.vllm_plugin.peer_release import RELEASED_EVENT
-from hybridserve.core.vllm_plugin.timeline import TIMELINE_FILE
 
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
 SERVED_AGAIN_S = 30.0  # how long a restarted engine has to complete a request once the load resumes
@@ -150,7 +149,7 @@ def start_launch(tmp: Path, *, timeout_s: float,
     """launch --role all of `tmp`/topology.yaml in its own session, as a user starts it, the timeline on
     (`tmp`/timeline.jsonl); its run folder and endpoints once it reports them (it is SIGKILLed, with its group, when
     it does not)."""
-    env = {**os.environ, TIMELINE_FILE: str(tmp / "timeline.jsonl")}
+    env = {**os.environ, TIMELINE_FILE_ENV: str(tmp / "timeline.jsonl")}
     out, err = open(tmp / "launch.out", "w+"), open(tmp / "launch.err", "w+")
     launcher = subprocess.Popen([*LAUNCH, "--topology", str(tmp / "topology.yaml"), "--role", "all", "--json",
                                  "--run-dir", str(tmp / "runs"), "--timeout", str(timeout_s),

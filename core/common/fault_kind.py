@@ -14,9 +14,8 @@ from __future__ import annotations
 import enum
 
 from hybridserve.core.common.choices import parse_choice
+from hybridserve.core.common.contracts import FAULT_ENV, FAULT_FILE_ENV
 
-FAULT_ENV = "HYBRIDSERVE_FAULT"
-FAULT_FILE_ENV = "HYBRIDSERVE_FAULT_FILE"
 
 
 class FaultKind(enum.Enum):

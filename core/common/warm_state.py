@@ -14,10 +14,8 @@ import threading
 from pathlib import Path
 
 from hybridserve.core.common import atomic_file
+from hybridserve.core.common.contracts import WARM, WARM_FILE, WARMING  # noqa: F401 (the names of the contract)
 
-WARM_FILE = "warm.json"
-WARMING = "warming"
-WARM = "warm"
 _WRITING = threading.Lock()  # launch sets states from its restart threads
 
 

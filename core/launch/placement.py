@@ -19,7 +19,7 @@ from hybridserve.core.launch.gpus import memory_shares
 from hybridserve.core.launch.mps import mps_env
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
 from hybridserve.core.launch.vllm_version import VllmFeatures, check_gdn_backend
-from hybridserve.core.vllm_plugin import settings as plugin_settings
+from hybridserve.core.common import contracts
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,7 +68,7 @@ def _cuda_env(*, is_reader: bool) -> tuple[tuple[str, str], ...]:
     which keeps its READs free of cuda_ipc opens with the mapping cache off (a topology `env` may set it to 0)."""
     env = ucx.cuda_ipc_env(is_reader=is_reader)
     if is_reader:
-        env[plugin_settings.PIN_PEER_REGIONS] = "1"
+        env[contracts.PIN_PEER_REGIONS] = "1"
     return tuple(sorted(env.items()))
 
 

@@ -31,8 +31,8 @@ from hybridserve.core.launch.health import SLOW, health_answer, health_status
 from hybridserve.core.launch.process import RunningRole
 from hybridserve.core.launch.restart import RestartLedger, RestartLimits, cap_text
 from hybridserve.core.launch.start_failure import start_failure
+from hybridserve.core.common.contracts import RESTART_LOG
 
-RESTART_LOG = "restarts.jsonl"
 
 
 class RestartCapSpentError(HybridserveError):

@@ -18,7 +18,7 @@ from hybridserve.core.launch.process import RunningRole, start_role, stop_roles
 from hybridserve.core.launch.health import ProgressCallback, wait_healthy
 from hybridserve.core.launch.start_phase import WAITING
 from hybridserve.core.launch.warming import Warmer
-from hybridserve.core.launch.stale_run import LAUNCHER_PID_FILE  # a later launch reads it (stale_run.py)
+from hybridserve.core.common.contracts import LAUNCHER_PID_FILE, PLAN_FILE  # a later launch reads both (stale_run.py)
 
 
 def new_run_dir(root: Path, role: str) -> Path:
@@ -92,6 +92,6 @@ def started(plan: LaunchPlan, run_dir: Path, *, timeout_s: float = 300.0,
 def _write_plan(plan: LaunchPlan, run_dir: Path) -> None:
     data = [{"name": c.name, "argv": list(c.argv), "env": dict(c.env), "url": c.url,
              "secret_env": {name: str(path) for name, path in c.secret_env}} for c in plan.commands]
-    tmp = run_dir / "plan.json.tmp"
+    tmp = run_dir / f"{PLAN_FILE}.tmp"
     tmp.write_text(json.dumps(data, indent=2))
-    tmp.rename(run_dir / "plan.json")
+    tmp.rename(run_dir / PLAN_FILE)

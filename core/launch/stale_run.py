@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.common.contracts import LAUNCHER_PID_FILE, PLAN_FILE
 
-LAUNCHER_PID_FILE = "launcher.pid"
 _CLOCK_SLACK_S = 2.0  # the pid file is written just after the process starts; clock ticks are coarse
 
 
@@ -33,7 +33,7 @@ class LiveRun:
 def find_live_runs(run_root: Path) -> list[LiveRun]:
     """Every run folder under `run_root` with at least one live role, oldest first."""
     runs = []
-    for run_dir in sorted(p for p in run_root.glob("*") if (p / "plan.json").is_file()):
+    for run_dir in sorted(p for p in run_root.glob("*") if (p / PLAN_FILE).is_file()):
         roles = {f.stem: pid for f in sorted(run_dir.glob("*.pid"))
                  if f.name != LAUNCHER_PID_FILE and (pid := _live_pid(f)) is not None}
         if roles:

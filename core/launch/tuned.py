@@ -23,7 +23,7 @@ import yaml
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.topology import Device, Topology
-from hybridserve.core.vllm_plugin import settings as plugin_settings
+from hybridserve.core.common import contracts
 
 SCHEMA = "hybridserve.tuned-gdn-prefill/1"  # kernels/tuned_profile.py writes it
 CPU_GPU = "none (CPU)"  # what tune records as the GPU of a CPU run (kernels/summary.py)
@@ -87,7 +87,7 @@ def apply_tuned_profile(topology: Topology, header: TunedProfileHeader) -> Topol
     if given is not None and flag is not None and given != flag:
         raise InputError(f"--gdn-prefill-backend {given} and --tuned-profile {header.path} (closest setting {flag}) "
                          f"disagree; accepted: one of them")
-    env = ((plugin_settings.GDN_DISPATCH_PROFILE, str(header.path)),)
+    env = ((contracts.GDN_DISPATCH_PROFILE, str(header.path)),)
     engine = replace(topology.engine, gdn_prefill_backend=given or flag)
     return replace(topology, engine=engine,
                    prefill=tuple(replace(i, env=i.env + env) for i in topology.prefill),

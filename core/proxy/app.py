@@ -30,7 +30,7 @@ from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.health_watch import EndpointHealth
 from hybridserve.core.proxy.routing import EndpointPool
 from hybridserve.core.proxy.stopping import Stopping
-from hybridserve.core.vllm_plugin import timeline
+from hybridserve.core.common import timeline_log
 
 
 def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:
@@ -49,8 +49,8 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
     metrics = ProxyMetrics()
     stopping = Stopping()  # set by server.py as the proxy begins to stop: the streams it relays end then
     model_lens: dict[str, int | None] = {}  # decode's max_model_len, asked once (first_token.fits)
-    if timeline.path_from_env() is not None:  # HYBRIDSERVE_TIMELINE_FILE: the hop events of each request
-        timeline.open_file(timeline.path_from_env())
+    if timeline_log.path_from_env() is not None:  # HYBRIDSERVE_TIMELINE_FILE: the hop events of each request
+        timeline_log.open_file(timeline_log.path_from_env())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):  # noqa: ANN202
@@ -99,13 +99,13 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         try:
             if not route.has_up("decode"):  # no decode server up: prefill alone, no hop to try first
                 return _answer(route, metrics, await route.alone("prefill", send, body), rid)
-            timeline.emit("hop1_start", rid)
+            timeline_log.emit("hop1_start", rid)
             got = await failover.prefill_step(route, lambda url: _timed(
                 metrics, "prefill", hops.prefill(client, url, path, body, headers)))
-            timeline.emit("hop1_end", rid)
+            timeline_log.emit("hop1_end", rid)
             if got is None:  # no prefill server left: decode computes the prompt itself
                 return _answer(route, metrics, await route.alone("decode", send, body), rid)
-            timeline.emit("hop2_start", rid)
+            timeline_log.emit("hop2_start", rid)
             served = await failover.decode_step(route, send, hops.decode_body(body, got[1]))
         except hops.HopError as err:
             metrics.requests[err.outcome] += 1
@@ -207,10 +207,10 @@ async def _via_prefill_token(client: httpx.AsyncClient, route: failover.Route, s
     try:
         if not route.has_up("decode"):
             return _answer(route, metrics, await route.alone("prefill", send, body), rid)
-        timeline.emit("hop1_start", rid)
+        timeline_log.emit("hop1_start", rid)
         got = await failover.prefill_step(route, lambda url: _timed(
             metrics, "prefill", _prefill_first(client, url, path, body, headers)))
-        timeline.emit("hop1_end", rid)
+        timeline_log.emit("hop1_end", rid)
         if got is None:
             return _answer(route, metrics, await route.alone("decode", send, body), rid)
         first = got[1]
@@ -224,13 +224,13 @@ async def _via_prefill_token(client: httpx.AsyncClient, route: failover.Route, s
         if body.get("stream"):
             room = await _max_model_len(client, route.pools["decode"], cache)
             is_early = first_token.fits(first, body, room)
-            timeline.emit("hop2_start", rid)
+            timeline_log.emit("hop2_start", rid)
             step = lambda: failover.decode_step(route, send, decode)  # noqa: E731
             served = None if is_early else await step()
             return StreamingResponse(relay.relay(route, metrics, rid, served, step=step, client=client, first=first,
                                             head=first_token.first_events(first, body), client_body=body),
                                      media_type="text/event-stream")
-        timeline.emit("hop2_start", rid)
+        timeline_log.emit("hop2_start", rid)
         role, url, answer = await failover.decode_step(route, send, decode)
         text = None
         if not first.is_text_whole:

@@ -14,6 +14,8 @@ an OpenAI-style error body that says nothing about the key; keys are compared as
 
 from __future__ import annotations
 
+from hybridserve.core.common.contracts import ENGINE_KEY_ENV
+
 import hashlib
 import hmac
 import json
@@ -22,7 +24,6 @@ import os
 from collections.abc import Callable
 
 OPEN_PATHS = frozenset({"/health", "/metrics"})
-ENGINE_KEY_ENV = "VLLM_API_KEY"  # = core.launch.keys.ENGINE_KEY_ENV (this module is imported inside vLLM servers)
 REFUSAL = {"error": {"message": "Missing or invalid API key: send it as the header 'Authorization: Bearer KEY'.",
                      "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}
 _BODY = json.dumps(REFUSAL).encode()

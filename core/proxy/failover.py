@@ -39,7 +39,7 @@ from hybridserve.core.proxy.hops import HopError
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
 from hybridserve.core.proxy.stopping import Stopping
-from hybridserve.core.vllm_plugin import timeline
+from hybridserve.core.common import timeline_log
 
 Send = Callable[[str, str, dict], Awaitable[Any]]  # (role, url, body) -> answer; HopError before any byte went out
 Served = tuple[str, str, Any]  # (role, url, answer)
@@ -107,11 +107,11 @@ class Route:
 
     def retried(self, role: str, failed_url: str, url: str, *, is_kv_kept: bool) -> None:
         self.metrics.retries[role] += 1
-        timeline.emit("retry", self.rid, role=role, failed=failed_url, to=url, kv_kept=is_kv_kept)
+        timeline_log.emit("retry", self.rid, role=role, failed=failed_url, to=url, kv_kept=is_kv_kept)
 
     def fell_back(self, role: str, url: str) -> None:
         self.metrics.fallbacks[role] += 1
-        timeline.emit("fallback", self.rid, served_by=role, url=url)
+        timeline_log.emit("fallback", self.rid, served_by=role, url=url)
         logger.warning("hybridserve proxy: request %s served by %s %s alone (the other role has no server up or "
                        "left)", self.rid, role, url)
 
@@ -120,7 +120,7 @@ class Route:
         if not kv_lease.is_expired(with_kv.get("kv_transfer_params"), now_unix(), self.lease_margin_s):
             return True
         self.metrics.lease["dropped"] += 1
-        timeline.emit("lease_dropped", self.rid)
+        timeline_log.emit("lease_dropped", self.rid)
         logger.warning("hybridserve proxy: request %s: prefill's KV lease ran out before the decode hop; decode "
                        "computes the prompt itself", self.rid)
         return False

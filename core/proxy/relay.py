@@ -10,7 +10,7 @@ import httpx
 from hybridserve.core.proxy import failover, first_token, hops, streaming
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.stopping import ProxyStopping
-from hybridserve.core.vllm_plugin import timeline
+from hybridserve.core.common import timeline_log
 
 
 def detokenizer(client: httpx.AsyncClient, servers: list[tuple[str, str]], body: dict) -> first_token.Detokenize:
@@ -68,7 +68,7 @@ async def relay(route: failover.Route, metrics: ProxyMetrics, rid: str, served: 
         for event in head:
             yield event
         if head:
-            timeline.emit("first_token_out", rid)
+            timeline_log.emit("first_token_out", rid)
         role, url, response = served or await route.stopping.guard(step)
         relayed = streaming.relay(response, url, role)
         if first is not None:
@@ -77,7 +77,7 @@ async def relay(route: failover.Route, metrics: ProxyMetrics, rid: str, served: 
             relayed = first_token.rewrite_stream(relayed, first, client_body, repair)
         async for chunk in route.stopping.chunks(relayed):
             if not stamped:
-                timeline.emit("hop2_first_byte", rid)
+                timeline_log.emit("hop2_first_byte", rid)
                 stamped = True
             failed = failed or chunk.startswith(b"data: {\"error\"")
             yield chunk

@@ -31,6 +31,7 @@ from hybridserve.core.launch.engine_command import STARTUP_DIR
 from hybridserve.core.launch.plan import LaunchPlan, Role, RoleCommand
 from hybridserve.core.launch.topology import Device, FirstTokenSource, Topology
 from hybridserve.core.rayserve.engine_kwargs import engine_kwargs
+from hybridserve.core.common.contracts import BIND_HOST_ENV
 
 BUILDER = "hybridserve.core.rayserve.app:build_app"
 APP_NAME = "hybridserve"
@@ -38,7 +39,6 @@ INGRESS_RESOURCE = "hybridserve_ingress"
 # Set per replica from its node (servers.py), or chosen by Ray (the GPU ids), never one value for every replica.
 HOST_BOUND_ENV = frozenset({"VLLM_NIXL_SIDE_CHANNEL_HOST", "VLLM_NIXL_SIDE_CHANNEL_PORT", "VLLM_HOST_IP",
                             "UCX_NET_DEVICES", "GLOO_SOCKET_IFNAME", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"})
-BIND_HOST_ENV = "HYBRIDSERVE_BIND_HOST"  # = servers.BIND_HOST_ENV
 RAY_HEALTH_CHECK_PERIOD_S = 10.0  # Ray Serve's default (DEFAULT_HEALTH_CHECK_PERIOD_S)
 
 

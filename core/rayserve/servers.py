@@ -31,11 +31,11 @@ from hybridserve.core.launch.bind_env import listener_env, network_device
 from hybridserve.core.launch.engine_command import STARTUP_DIR
 from hybridserve.core.proxy import eligibility, first_token
 from hybridserve.core.rayserve import ray_first_token
+from hybridserve.core.common.contracts import BIND_HOST_ENV
 
 logger = logging.getLogger("hybridserve.ray")
 PREFILL_TRIES = 2  # the first hop and one retry; then decode alone (failover.MAX_FAILURES counts 3 over both roles)
 RAY_OWNED = frozenset({"request_id"})  # set by Ray's server on the request, not by the client
-BIND_HOST_ENV = "HYBRIDSERVE_BIND_HOST"  # serve_config.py writes it
 
 
 def bind_to_node() -> str:

@@ -164,7 +164,7 @@ def deployed(target: Target, *, model: Path, base_port: int, run_root: Path, num
 
 def schedulers_in_logs(logs: tuple[Path, ...]) -> dict[str, str]:
     """{log name: 'AsyncScheduler' | 'Scheduler' | ...} from the plugin's one line per engine core."""
-    from hybridserve.core.vllm_plugin.async_scheduling import SCHEDULER_LOG_PREFIX
+    from hybridserve.core.common.contracts import SCHEDULER_LOG_PREFIX
 
     found: dict[str, str] = {}
     for log in logs:

@@ -29,7 +29,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 
-from hybridserve.core.common.fault_kind import FAULT_ENV, FAULT_FILE_ENV
+from hybridserve.core.common.contracts import FAULT_ENV, FAULT_FILE_ENV
 from hybridserve.core.vllm_plugin import (
     async_scheduling, cpu_affinity, cpu_conv_layout, faults, lease_guard, lease_stamp, manifest, nixl_poll,
     nixl_progress, peer_pin, peer_release, settings, timeline, torchvision_shim, transfer_log,

@@ -14,10 +14,10 @@ from typing import Any
 
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
+from hybridserve.core.common.contracts import SCHEDULER_LOG_PREFIX
 
 CPU_PLATFORM_MODULE = "vllm.platforms.cpu"
 SCHEDULER_MODULE = "vllm.v1.core.sched.scheduler"  # AsyncScheduler subclasses its Scheduler
-SCHEDULER_LOG_PREFIX = "hybridserve: engine scheduler"
 
 
 def patch_cpu_platform(module: ModuleType) -> None:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridserve.core.vllm_plugin.log import logger
+from hybridserve.core.common.contracts import GDN_ROUTER_LOG_PREFIX as LOG_PREFIX
 
-LOG_PREFIX = "hybridserve: GDN prefill"
 IsNative = Callable[[Any, tuple, Any], bool]
 NATIVE = "vLLM's own kernel"
 

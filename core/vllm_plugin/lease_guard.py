@@ -32,11 +32,11 @@ from hybridserve.core.common.kv_lease import margin_from_env
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.lease_book import LeaseBook, RefusedLoads
 from hybridserve.core.vllm_plugin.log import logger
+from hybridserve.core.common.contracts import REFUSED_LOG_PREFIX
 
 PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
 CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector"
 STAMP_ATTR = "_hybridserve_lease_end"  # set on a ReqMeta by lease_stamp.py: prefill's stamp (Unix seconds)
-REFUSED_LOG_PREFIX = "hybridserve: lease guard refused the READ of request"
 BOOK, REFUSED, RECORDER, MARGIN = "_hs_lease_book", "_hs_lease_refused", "_hs_hb_recorder", "_hs_lease_margin"
 LOCK = "_hs_lease_lock"  # around REFUSED: 0.26 reports a failed handshake from its handshake thread
 

@@ -27,11 +27,11 @@ from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.lease_book import RefusedLoads
 from hybridserve.core.vllm_plugin.lease_guard import STAMP_ATTR
 from hybridserve.core.vllm_plugin.log import logger
+from hybridserve.core.common.contracts import RECOMPUTED_LOG_PREFIX
 
 SCHEDULER_MODULE = "vllm.v1.core.sched.scheduler"
 PULL_SCHEDULER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler"
 METADATA_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.metadata"
-RECOMPUTED_LOG_PREFIX = "hybridserve: lease guard computes the prompt of request"
 _MARK = "_hybridserve_lease_refused"  # in the decode request's own kv_transfer_params
 
 

@@ -38,10 +38,9 @@ from typing import Any
 
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
+from hybridserve.core.common.contracts import PINNED_LOG_PREFIX, UNPINNED_LOG_PREFIX
 
 PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
-PINNED_LOG_PREFIX = "hybridserve: pinned the KV regions of remote engine"
-UNPINNED_LOG_PREFIX = "hybridserve: could not pin the KV regions of remote engine"
 PIN_BYTES = 1  # a view's descriptor: cuda_ipc opens the whole allocation behind it
 VRAM = "VRAM"
 

@@ -35,14 +35,13 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from hybridserve.core.vllm_plugin import timeline
+from hybridserve.core.common import timeline_log
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 from hybridserve.core.vllm_plugin.nixl_results import results_method
+from hybridserve.core.common.contracts import RELEASED_LOG_PREFIX, RELEASED_EVENT
 
 PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
-RELEASED_LOG_PREFIX = "hybridserve: released the NIXL state of dead remote engine"
-RELEASED_EVENT = "peer_released"  # its timeline event (timeline.py), when the timeline is on
 PROBE_S = 1.0  # seconds between two probes of one side channel
 CONNECT_TIMEOUT_S = 0.5
 REFUSALS = 2  # refused connects in a row that make an engine dead (one could be a listener's restart race)
@@ -148,7 +147,7 @@ class Releaser:
                 refusals = self.watch.refusals.get(engine_id, 0)
                 logger.info("%s %s at %s:%d (its side channel refused %d connects in a row)", RELEASED_LOG_PREFIX,
                             engine_id, host, port, refusals)
-                timeline.emit(RELEASED_EVENT, "", engine=engine_id, address=f"{host}:{port}", refusals=refusals)
+                timeline_log.emit(RELEASED_EVENT, "", engine=engine_id, address=f"{host}:{port}", refusals=refusals)
                 released.append(engine_id)
             if outcome in (Release.RELEASED, Release.GONE):
                 self.watch.forget(engine_id)

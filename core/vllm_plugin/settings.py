@@ -7,18 +7,11 @@ harmless). Values are parsed here, once.
 
 from __future__ import annotations
 
+from hybridserve.core.common.contracts import NIXL_PROGRESS_DELAY_US, CPU_CORES, KEEP_ASYNC_SCHEDULING, GDN_DISPATCH_PROFILE, GDN_DISPATCH_LOG_CALLS, RELEASE_DEAD_PEERS, PIN_PEER_REGIONS, LEASE_GUARD, PLUGIN_DISABLE as DISABLE
+
 import os
 from dataclasses import dataclass
 
-NIXL_PROGRESS_DELAY_US = "HYBRIDSERVE_NIXL_PROGRESS_DELAY_US"
-CPU_CORES = "HYBRIDSERVE_CPU_CORES"
-KEEP_ASYNC_SCHEDULING = "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING"
-GDN_DISPATCH_PROFILE = "HYBRIDSERVE_GDN_DISPATCH_PROFILE"  # a tuned profile: route each GDN prefill batch by it
-GDN_DISPATCH_LOG_CALLS = "HYBRIDSERVE_GDN_DISPATCH_LOG_CALLS"  # "1": also one log line per routed call (tests)
-RELEASE_DEAD_PEERS = "HYBRIDSERVE_RELEASE_DEAD_PEERS"  # "1" on decode: a dead prefill's NIXL state is given back
-PIN_PEER_REGIONS = "HYBRIDSERVE_PIN_PEER_REGIONS"  # "1" on a CUDA decode: live prefills' KV allocations held open
-LEASE_GUARD = "HYBRIDSERVE_LEASE_GUARD"  # "1": prefill stamps its KV lease, decode reads only inside it (issue 39)
-DISABLE = "HYBRIDSERVE_PLUGIN_DISABLE"  # "1": the plugin does nothing at all (for A/B measurements)
 
 
 @dataclass(frozen=True, kw_only=True)

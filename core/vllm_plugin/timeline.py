@@ -2,7 +2,7 @@
 
 Off unless the variable is set (then nothing is patched and nothing costs). Every vLLM process of both roles and
 the proxy append to the one file (one `os.write` of one line each, O_APPEND), stamped with `time.time()` so lines
-of different processes on one host compare. `benchmarks/timeline_report.py` joins them per request.
+of different processes on one host compare. core/chaos/timeline_gaps.py joins them per request.
 
 Events, where each is stamped (vLLM 0.26 and 0.32 name these the same; a name that is missing is logged once and
 that event stays off, serving is never touched):
@@ -23,42 +23,17 @@ that event stays off, serving is never touched):
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from types import ModuleType
 from typing import Any
 
+from hybridserve.core.common.contracts import TIMELINE_FILE_ENV as TIMELINE_FILE
+from hybridserve.core.common.timeline_log import emit, open_file, path_from_env  # noqa: F401 (the plugin's __init__)
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 
-TIMELINE_FILE = "HYBRIDSERVE_TIMELINE_FILE"
 SCHEDULER_MODULE = "vllm.v1.core.sched.scheduler"
 PULL_SCHEDULER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler"
 PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
-_fd: list[int] = []
-
-
-def path_from_env(env: dict[str, str] | None = None) -> str | None:
-    return ((os.environ if env is None else env).get(TIMELINE_FILE) or "").strip() or None
-
-
-def open_file(path: str) -> None:
-    if not _fd:
-        _fd.append(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
-
-
-def emit(event: str, req: str, **fields: Any) -> None:
-    """Append one event line; does nothing when no file is open (the timeline is off)."""
-    if not _fd:
-        return
-    line = json.dumps({"t": time.time(), "pid": os.getpid(), "event": event, "req": req, **fields})
-    try:
-        os.write(_fd[0], (line + "\n").encode())
-    except OSError:
-        pass
-
-
 def _missing(cls: Any, *names: str) -> bool:
     absent = [n for n in names if not callable(getattr(cls, n, None))]
     if absent:

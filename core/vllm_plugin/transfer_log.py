@@ -14,9 +14,9 @@ from typing import Any
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 from hybridserve.core.vllm_plugin.nixl_results import finished_recving, results_method
+from hybridserve.core.common.contracts import RECEIVED_LOG_PREFIX
 
 NIXL_PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
-RECEIVED_LOG_PREFIX = "hybridserve: NIXL received request"
 
 
 def _group_kinds(worker: Any) -> list[str]:

@@ -1,4 +1,4 @@
-"""Join the plugin's timeline events (core/vllm_plugin/timeline.py) per request and break each P/D request down.
+"""Join the plugin's timeline events (core/common/timeline_log.py, written by the plugin's hooks and the proxy) per request and break each P/D request down.
 
 A request is keyed by the proxy's X-Request-Id (32 hex digits), which vLLM keeps inside its own request ids on
 both roles ("cmpl-<id>-0-<suffix>"). A scheduler event's role comes from the `arrive` line of the same process
