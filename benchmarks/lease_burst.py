@@ -38,7 +38,7 @@ from hybridserve.core.chaos.reference import references, widen_by_other_engine
 from hybridserve.core.chaos.run import _kill_groups, _stop_launcher, start_launch
 from hybridserve.core.common.atomic_file import write_text
 from hybridserve.core.chaos.timeline_gaps import breakdown
-from hybridserve.core.validate.deployments import default_model
+from hybridserve.core.deployments.target import default_model
 from hybridserve.core.validate.random_prompts import vocab_size
 from hybridserve.core.validate.thresholds import Thresholds
 

@@ -83,9 +83,9 @@ def command(
       --dataset random --prompt-len 1024 8192 32768 --model /models/m --max-tokens 16 --json
     """
     from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, resolve_thresholds, validate
-    from hybridserve.core.validate.client import RequestSettings
+    from hybridserve.core.deployments.client import RequestSettings
     from hybridserve.cli.validate_inputs import positive, random_model_defaults, top_k, trailing_lengths
-    from hybridserve.core.validate.deployments import is_random_model
+    from hybridserve.core.deployments.target import is_random_model
     from hybridserve.core.validate.random_prompts import RANDOM, load_random
     from hybridserve.core.validate.thresholds import Thresholds
     from hybridserve.core.common.fault_kind import parse_fault

@@ -8,7 +8,7 @@ from hybridserve.core.common.errors import InputError
 
 def random_model_defaults(dataset: str):  # noqa: ANN202
     """Launch's random-weight model: loosened limits for flat logits (RANDOM_WEIGHTS says why) and shorter prompts."""
-    from hybridserve.core.validate.deployments import RANDOM_MODEL_SYNTHETIC
+    from hybridserve.core.deployments.target import RANDOM_MODEL_SYNTHETIC
     from hybridserve.core.validate.thresholds import RANDOM_WEIGHTS
 
     dataset = RANDOM_MODEL_SYNTHETIC if dataset == "synthetic" else dataset
@@ -26,7 +26,7 @@ def trailing_lengths(lengths: list[int] | None, extra: list[str]) -> tuple[int, 
 
 
 def top_k(value: int | None, is_random: bool) -> int:
-    from hybridserve.core.validate.client import MAX_TOP_LOGPROBS
+    from hybridserve.core.deployments.client import MAX_TOP_LOGPROBS
 
     if value is None:
         return 5 if is_random else 2

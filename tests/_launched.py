@@ -21,7 +21,8 @@ from _run_groups import kill_run_groups
 
 from hybridserve.core.common.fault_kind import FAULT_FILE_ENV
 from hybridserve.core.launch.process import stop_group
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, Deployment
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR
+from hybridserve.core.deployments.deployed import Deployment
 
 START_TIMEOUT_S = 420
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]

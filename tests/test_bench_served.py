@@ -22,7 +22,7 @@ from hybridserve.core.bench.phase import PhaseSpec  # noqa: E402
 from hybridserve.core.bench.run import BenchRequest, BenchTarget, bench  # noqa: E402
 from hybridserve.core.common.fault_kind import SLOW_DECODE_STEP_S, FaultKind  # noqa: E402
 from hybridserve.core.validate import parse_target  # noqa: E402
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR  # noqa: E402
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR  # noqa: E402
 
 NUM_REQUESTS, OUTPUT_LEN = 4, 12
 

@@ -108,7 +108,7 @@ def test_transfer_bench_table_keeps_every_value(monkeypatch):
 
 def test_validate_tables_keep_every_value(monkeypatch, tmp_path):
     import hybridserve.core.validate as validate_lib
-    from hybridserve.core.validate.client import Completion
+    from hybridserve.core.deployments.client import Completion
     from hybridserve.core.validate.dataset import AnswerKind, Example
     from hybridserve.core.validate.metrics import compare, summarize
     from hybridserve.core.validate.run import TargetRun, ValidationReport

@@ -22,7 +22,8 @@ import httpx  # noqa: E402
 
 from hybridserve.core.launch.runner import started  # noqa: E402
 from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header  # noqa: E402
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, Config, config_plan, config_topology  # noqa: E402
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR, Config  # noqa: E402
+from hybridserve.core.deployments.deployed import config_plan, config_topology
 from hybridserve.core.vllm_plugin import settings  # noqa: E402
 from hybridserve.core.vllm_plugin.gdn_router import LOG_PREFIX  # noqa: E402
 from _gdn_profiles import two_bucket_profile  # noqa: E402

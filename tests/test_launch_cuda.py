@@ -16,7 +16,7 @@ from hybridserve.core.launch.gpus import MAX_TOTAL_SHARE
 from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.plan import Role
 from hybridserve.core.launch.topology_file import load_topology
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 
 runner = CliRunner()
 

@@ -169,7 +169,8 @@ def test_bench_and_validate_start_their_configurations_by_the_same_rules(device,
     """validate's and bench's started servers come from launch's plan with the options their CLIs pass when not
     asked (EngineOptions with None): the same limits as `launch` on that device."""
     from hybridserve.core.validate import parse_target
-    from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, config_plan, config_topology
+    from hybridserve.core.deployments.target import RECALL_MODEL_DIR
+    from hybridserve.core.deployments.deployed import config_plan, config_topology
 
     target = parse_target(config, what="baseline")
     topology = config_topology(target.config, RECALL_MODEL_DIR, 8000, 2, None, device, EngineOptions())

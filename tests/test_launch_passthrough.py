@@ -19,7 +19,7 @@ from hybridserve.core.launch.plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import Device, EngineOptions, Topology, local_topology
 from hybridserve.core.launch.vllm_version import V0_26, V0_32
 from hybridserve.core.layout.attention_backend import AttentionBackend
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 
 runner = CliRunner()
 ENGINES = ("prefill-0", "decode-0")

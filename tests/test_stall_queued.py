@@ -10,7 +10,7 @@ import time
 import pytest
 
 from hybridserve.core.chaos import stall
-from hybridserve.core.validate.client import Completion
+from hybridserve.core.deployments.client import Completion
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")

@@ -106,7 +106,7 @@ def test_thresholds_yaml_then_flags(tmp_path):
 
 def test_the_committed_trained_model_is_the_default_and_matches_the_task():
     from hybridserve.core.launch.topology import TINY_MODEL_DIR
-    from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, default_model, is_random_model
+    from hybridserve.core.deployments.target import RECALL_MODEL_DIR, default_model, is_random_model
 
     assert default_model() == RECALL_MODEL_DIR and not is_random_model(None) and is_random_model(TINY_MODEL_DIR)
     assert sum(f.stat().st_size for f in RECALL_MODEL_DIR.iterdir()) <= 10 * 2**20  # the 10 MB

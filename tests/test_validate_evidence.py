@@ -5,7 +5,7 @@ import types
 import pytest
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.validate.client import Completion
+from hybridserve.core.deployments.client import Completion
 from hybridserve.core.validate.dataset import AnswerKind, Example
 from hybridserve.core.validate.evidence import load_completions, write_completions
 from hybridserve.core.validate.metrics import compare

@@ -143,10 +143,11 @@ def test_the_switch_file_arms_and_disarms_each_fault_in_a_running_worker(tmp_pat
 
 
 def test_a_switchable_deployment_hands_the_decode_server_its_switch_file(tmp_path):
-    from hybridserve.core.validate import deployments
+    from hybridserve.core.deployments import deployed as deployments
+    from hybridserve.core.deployments.target import RECALL_MODEL_DIR, Config
 
     switch = tmp_path / "fault"
-    topology = deployments.config_topology(deployments.Config.PD_ASYNC, deployments.RECALL_MODEL_DIR, 8800, 2,
+    topology = deployments.config_topology(Config.PD_ASYNC, RECALL_MODEL_DIR, 8800, 2,
                                            faults.FaultKind.STALE_STATE, fault_file=switch)
     assert [dict(d.env).get(faults.FAULT_FILE_ENV) for d in topology.decode] == [str(switch)]
     assert all(faults.FAULT_FILE_ENV not in dict(p.env) and faults.FAULT_ENV not in dict(p.env)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hybridserve.core.validate.client import Completion
+from hybridserve.core.deployments.client import Completion
 from hybridserve.core.validate.dataset import AnswerKind, Example
 from hybridserve.core.validate.metrics import compare, first_divergence, summarize
 from hybridserve.core.validate.thresholds import Thresholds

@@ -27,8 +27,9 @@ from typer.testing import CliRunner  # noqa: E402
 from hybridserve.cli.app import app  # noqa: E402
 from hybridserve.core.common.fault_kind import parse_fault  # noqa: E402
 from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate  # noqa: E402
-from hybridserve.core.validate.client import RequestSettings, complete_all  # noqa: E402
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR, check_scheduling, deployed  # noqa: E402
+from hybridserve.core.deployments.client import RequestSettings, complete_all  # noqa: E402
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR  # noqa: E402
+from hybridserve.core.deployments.deployed import check_scheduling, deployed
 from hybridserve.core.validate.thresholds import Thresholds  # noqa: E402
 from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX  # noqa: E402
 

@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from _app_threads import served_apps
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import CouldNotRunError, InputError
-from hybridserve.core.validate.client import Completion
+from hybridserve.core.deployments.client import Completion
 from hybridserve.core.validate.dataset import AnswerKind, Example
 from hybridserve.core.validate.metrics import compare
 from hybridserve.core.validate.noise import measure

@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm_servers")]  # see 
 
 from hybridserve.core.common.fault_kind import STATE_CORRUPTION_FAULTS  # noqa: E402
 from hybridserve.core.validate import ValidateRequest, parse_target, validate  # noqa: E402
-from hybridserve.core.validate.client import RequestSettings, complete_all  # noqa: E402
+from hybridserve.core.deployments.client import RequestSettings, complete_all  # noqa: E402
 from hybridserve.core.validate.noise import measure  # noqa: E402
 from hybridserve.core.validate.random_prompts import random_dataset, vocab_size  # noqa: E402
 from hybridserve.core.validate.thresholds import Thresholds  # noqa: E402

@@ -138,7 +138,8 @@ def test_a_configuration_is_started_served_by_name_and_its_scheduler_proven(serv
     from contextlib import contextmanager
 
     from hybridserve.core.validate import run as run_module
-    from hybridserve.core.validate.deployments import Config, Deployment
+    from hybridserve.core.deployments.target import Config
+    from hybridserve.core.deployments.deployed import Deployment
 
     log = tmp_path / "decode-0.log"
     log.write_text(f"(EngineCore pid=1) INFO hybridserve: engine scheduler {seen}\n")

@@ -11,7 +11,7 @@ from hybridserve.core.launch import model_form
 from hybridserve.core.launch.plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import TINY_MODEL_DIR, Device, EngineOptions, local_topology
 from hybridserve.core.launch.vllm_version import V0_26, V0_32, VllmVersion, features_for, installed_vllm
-from hybridserve.core.validate.deployments import RECALL_MODEL_DIR
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 
 
 def _lookup(installed: dict[str, str]):

@@ -1,6 +1,6 @@
 """`bench`: the same phases against a P/D deployment, a baseline and an optional A/A control, one target at a time.
 
-Targets are validate's (core/validate/deployments.py): a URL that already serves, or a configuration started here
+Targets are core/deployments' (target.py): a URL that already serves, or a configuration started here
 and stopped after its phases, so two started targets never share the machine. Every target gets the same drawn
 lengths, arrival times and prompts. Around each phase the decode servers' /metrics are scraped (for a P/D target:
 the ones its proxy lists, unless given), and their difference is that phase's NIXL stats; so are the servers that
@@ -31,8 +31,9 @@ from hybridserve.core.bench.settings_check import SettingsBook, read_before_meas
 from hybridserve.core.bench.server_metrics import XFER_TIME, NixlStats, delta, nixl_stats
 from hybridserve.core.bench.stream import RequestRecord
 from hybridserve.core.bench.vocab import Vocabulary, find_vocabulary
-from hybridserve.core.validate.client import auth_headers
-from hybridserve.core.validate.deployments import Target, deployed
+from hybridserve.core.deployments.client import auth_headers
+from hybridserve.core.deployments.target import Target
+from hybridserve.core.deployments.deployed import deployed
 
 ProgressCallback = Callable[[str, int, int], None]  # (what runs now, done, total)
 
@@ -125,7 +126,7 @@ class _Prompts:
 
 def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> BenchReport:
     """Every phase on every target in turn; the report holds each request's record."""
-    from hybridserve.core.validate.deployments import default_model
+    from hybridserve.core.deployments.target import default_model
 
     start = time.monotonic()
     for spec in request.phases:  # refused before anything starts; the context length is checked per target
@@ -159,7 +160,7 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
     the phases fit its context, run them; stop what was started."""
     import httpx
 
-    from hybridserve.core.validate.deployments import default_model
+    from hybridserve.core.deployments.target import default_model
 
     begun = time.monotonic()
     with deployed(target.target, model=model or default_model(), base_port=request.base_port,

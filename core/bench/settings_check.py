@@ -66,8 +66,9 @@ def read_before_measuring(request: Any, model: Path | None) -> SettingsBook:
     BenchRequest (run.py)."""
     import httpx
 
-    from hybridserve.core.validate.client import auth_headers
-    from hybridserve.core.validate.deployments import config_plan, config_topology, default_model
+    from hybridserve.core.deployments.client import auth_headers
+    from hybridserve.core.deployments.deployed import config_plan, config_topology
+    from hybridserve.core.deployments.target import default_model
 
     book = SettingsBook(allow_unlike=request.allow_unlike, gpus=request.gpus)
     with httpx.Client(timeout=30) as client:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import httpx
 
 from hybridserve.core.common import keepalive
-from hybridserve.core.validate.client import Completion, RequestRejectedError, parse_completion
+from hybridserve.core.deployments.client import Completion, RequestRejectedError, parse_completion
 
 FAILED_PAUSE_S = 0.2  # a client's pause after a failed request
 ERROR_CHARS = 300  # of what a failed request was told, kept

@@ -349,7 +349,7 @@ def _successes(url: str) -> int:
 
 
 def _model(spec: ChaosSpec) -> Path:
-    from hybridserve.core.validate.deployments import default_model
+    from hybridserve.core.deployments.target import default_model
 
     return (spec.model or default_model()).resolve()
 

@@ -24,7 +24,7 @@ import httpx
 
 from hybridserve.core.bench.scrape import settled_scrape
 from hybridserve.core.common.errors import CouldNotRunError
-from hybridserve.core.validate.client import Completion, parse_completion
+from hybridserve.core.deployments.client import Completion, parse_completion
 from hybridserve.core.validate.judge import wrong_reason
 from hybridserve.core.validate.thresholds import Thresholds
 

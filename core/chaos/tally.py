@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hybridserve.core.chaos.load import Sent
-from hybridserve.core.validate.client import Completion
+from hybridserve.core.deployments.client import Completion
 from hybridserve.core.validate.judge import wrong_reason
 from hybridserve.core.validate.thresholds import Thresholds
 

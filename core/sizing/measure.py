@@ -63,7 +63,7 @@ def _phase(lens: int, out: int, num: int, concurrency: int) -> PhaseSpec:
 
 def _bench(url: str, phases: list[PhaseSpec], request: MeasureRequest) -> list:
     from hybridserve.core.bench.run import BenchRequest, BenchTarget, bench
-    from hybridserve.core.validate.deployments import parse_target
+    from hybridserve.core.deployments.target import parse_target
 
     report = bench(BenchRequest(targets=(BenchTarget(role="deployment", target=parse_target(url, what="url")),),
                                 phases=tuple(phases), model=request.model, request_timeout_s=request.timeout_s,

@@ -1,7 +1,7 @@
 """Validation of a candidate deployment against a baseline: datasets, client, metrics, verdict, JUnit."""
 
 from hybridserve.core.validate.dataset import Dataset, Example, load_dataset
-from hybridserve.core.validate.deployments import Config, Target, parse_target
+from hybridserve.core.deployments.target import Config, Target, parse_target
 from hybridserve.core.validate.run import ValidateRequest, ValidationReport, validate
 from hybridserve.core.validate.thresholds import Thresholds
 from hybridserve.core.validate.thresholds import resolve as resolve_thresholds

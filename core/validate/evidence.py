@@ -9,7 +9,7 @@ from typing import Any
 
 from hybridserve.core.common.atomic_file import write_text
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.validate.client import Completion
+from hybridserve.core.deployments.client import Completion
 
 
 def completions_dict(report: Any) -> dict[str, Any]:  # a ValidationReport (run.py imports this module's users)

@@ -5,7 +5,7 @@ one at a time (the chaos bench, the lease probes) rather than as a dataset."""
 
 from __future__ import annotations
 
-from hybridserve.core.validate.client import Completion
+from hybridserve.core.deployments.client import Completion
 from hybridserve.core.validate.dataset import AnswerKind, Example
 from hybridserve.core.validate.metrics import compare
 from hybridserve.core.validate.thresholds import Thresholds

@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hybridserve.core.validate.client import Completion
+from hybridserve.core.deployments.client import Completion
 from hybridserve.core.validate.dataset import Example, is_correct
 
 

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError, InputError
-from hybridserve.core.validate.client import Completion, RequestSettings, complete_all
+from hybridserve.core.deployments.client import Completion, RequestSettings, complete_all
 from hybridserve.core.validate.dataset import Dataset
-from hybridserve.core.validate.deployments import Target, check_scheduling, deployed
+from hybridserve.core.deployments.target import Target
+from hybridserve.core.deployments.deployed import check_scheduling, deployed
 from hybridserve.core.validate.metrics import PromptComparison, compare, summarize
 from hybridserve.core.validate.noise import Noise, measure
 from hybridserve.core.validate.thresholds import DRIFT_FLOOR, Thresholds
@@ -120,7 +121,7 @@ def measured_limits(thresholds: Thresholds, noise: Noise) -> Thresholds:
 
 def validate(request: ValidateRequest, progress: ProgressCallback | None = None) -> ValidationReport:
     """Run the dataset on the baseline, then on the candidate (one deployment at a time), and judge."""
-    from hybridserve.core.validate.deployments import default_model
+    from hybridserve.core.deployments.target import default_model
 
     start = time.monotonic()
     model = (request.model or default_model()).resolve()
