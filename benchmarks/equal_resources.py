@@ -68,7 +68,7 @@ def machine(args: argparse.Namespace) -> dict:
         return {"device": "cpu", "model": str(ROOT / "profiles/tiny-qwen3.5"), "workloads": args.workloads or
                 ["long-cpu", "chat-cpu"], "kv": None, "unit": "one CPU core", "limits": (8, 2048, 2048),
                 "rates": args.rates, "cell_s": 60}
-    from hybridserve.core.launch.gpu_memory import gpu_name
+    from hybridserve.core.host.gpu_memory import gpu_name
 
     kv = os.environ.get("HS_EQ_KV", "12g" if args.set == "1p1d" else "5g")
     return {"device": "cuda", "model": args.model or M60, "workloads": args.workloads or ["long", "chat"], "kv": kv,
@@ -126,7 +126,7 @@ class Mps:
         self.started, self.dry = False, dry
 
     def __enter__(self) -> "Mps":
-        from hybridserve.core.launch.mps import find_daemon
+        from hybridserve.core.host.mps_daemon import find_daemon
 
         if self.dry or find_daemon() is not None:
             return self
@@ -174,7 +174,7 @@ class Deployments:
                                                    start_new_session=True, env={**os.environ, **CACHE_ENV}))
 
     def wait_healthy(self, deadline: float) -> dict[str, bool]:
-        from hybridserve.core.launch.health import is_healthy
+        from hybridserve.core.supervise.health import is_healthy
 
         every = {u for info in self.urls.values() for u in [info["proxy"], *info["engines"]]}
         while time.time() < deadline:

@@ -396,7 +396,7 @@ equal_resources() {  # SET [FLAGS]: one call of the sweep; the MPS daemon never 
   pack
 }
 
-# the vLLM log lines core/launch/start_phase.py names a phase by (its MARKERS)
+# the vLLM log lines core/supervise/start_phase.py names a phase by (its MARKERS)
 PHASE_LINES='Starting to load model|Loading weights took|Model loading took|Dynamo bytecode transform|Compiling a graph'\
 '|Directly load the compiled|torch.compile took|Memory profiling takes|Profiling CUDA graph memory|Available KV cache'\
 '|KV cache size|Compile and warming up|Warming up model|Capturing CUDA graphs|Graph capturing finished|init engine'\

@@ -28,7 +28,7 @@ from rich.table import Table
 
 from hybridserve.core.launch.plan import Role, RoleCommand, make_launch_plan
 from hybridserve.core.launch.engine_command import engine_env
-from hybridserve.core.launch.runner import started
+from hybridserve.core.supervise.runner import started
 from hybridserve.core.launch.topology import EngineOptions, local_topology
 
 PROMPT = [(7 * i + 3) % 1000 + 3 for i in range(900)]  # 900 token ids, no tokenizer needed

@@ -183,7 +183,7 @@ def start(args: argparse.Namespace, prof: dict) -> dict:
         proc = subprocess.Popen(launch_argv(name, prof), stdout=open(log, "w"), stderr=open(f"{log}.err", "w"),
                                 env=env, start_new_session=True)  # outlives this call: the next stages use it
         state["deployments"][name] = {"pid": proc.pid, "log": str(log)}
-        time.sleep(1.1)  # run folders are named by the second (core/launch/runner.py): one a second
+        time.sleep(1.1)  # run folders are named by the second (core/supervise/runner.py): one a second
     (STATE / "state.json").write_text(json.dumps(state, indent=1))
     while time.time() < args.deadline - 15 and not all(refresh(state).values()):
         time.sleep(2)
@@ -224,7 +224,7 @@ def side_proxy(name: str) -> str:
     env = {**os.environ, "HYBRIDSERVE_TIMELINE_FILE": str(TIMELINE)}
     subprocess.Popen(argv, stdout=open(STATE / f"proxy-{name}.log", "w"), stderr=subprocess.STDOUT, env=env,
                      start_new_session=True)
-    from hybridserve.core.launch.health import is_healthy
+    from hybridserve.core.supervise.health import is_healthy
 
     url = f"http://127.0.0.1:{port(proxy_port)}"
     for _ in range(60):

@@ -137,7 +137,7 @@ def decode_first_proxy(pd_info: dict, log: Path, env: dict) -> tuple[subprocess.
             "--prefill", ends["prefill-0"], "--decode", ends["decode-0"]]
     proc = subprocess.Popen(argv, stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = "http://127.0.0.1:8001"
-    from hybridserve.core.launch.health import is_healthy
+    from hybridserve.core.supervise.health import is_healthy
 
     for _ in range(60):
         if is_healthy(url):
@@ -155,7 +155,7 @@ def classic_args(common: list[str], url: str) -> list[str]:
 
 
 def stop(proc: subprocess.Popen) -> None:
-    from hybridserve.core.launch.process import stop_group
+    from hybridserve.core.supervise.process import stop_group
 
     stop_group(proc, grace_s=30)
 

@@ -157,7 +157,7 @@ def serve_and_measure(configs: dict, args: argparse.Namespace) -> tuple[dict, di
 
     from hybridserve.core.launch.machine import machine_plan
     from hybridserve.core.launch.plan import Role
-    from hybridserve.core.launch.runner import started
+    from hybridserve.core.supervise.runner import started
 
     urls, logs = {}, {}
     with ExitStack() as stack:
@@ -210,7 +210,7 @@ def _servable(model: Path, device) -> Path:  # noqa: ANN001
     if device.value != "cuda":
         return model
     try:
-        from hybridserve.core.launch.model_form import ensure_wrapped, needs_wrapper, wrapped_dir
+        from hybridserve.core.host.model_form import ensure_wrapped, needs_wrapper, wrapped_dir
     except ImportError:
         return model  # this tree has no converter: serve the folder as it is
     return ensure_wrapped(model, wrapped_dir(model)) if needs_wrapper(model) else model

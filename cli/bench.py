@@ -112,7 +112,7 @@ def command(
     from hybridserve.core.launch.keys import read_key
     from hybridserve.core.bench.goodput import make_slo
     from hybridserve.core.bench.settings_check import parse_gpus
-    from hybridserve.core.launch.start_phase import default_start_timeout
+    from hybridserve.core.supervise.start_phase import default_start_timeout
     from hybridserve.core.launch.topology import Device, EngineOptions
 
     for path, flag in ((png, "--png"), (out, "--out")):

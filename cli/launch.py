@@ -21,10 +21,10 @@ from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.model.profiles import device_memory_bytes, hardware_profiles
 from hybridserve.core.launch.async_scheduling import HELP as ASYNC_HELP
 from hybridserve.core.launch import engine_limits as limits_help
-from hybridserve.core.launch.start_phase import TIMEOUT_HELP, default_start_timeout
+from hybridserve.core.supervise.start_phase import TIMEOUT_HELP, default_start_timeout
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
-from hybridserve.core.launch.restart import RestartPolicy
+from hybridserve.core.supervise.restart import RestartPolicy
 from hybridserve.core.launch.topology import Device, EngineOptions, FirstTokenSource, ProxyKind
 from hybridserve.core.launch.warmup import HELP as WARMUP_HELP
 
@@ -219,9 +219,9 @@ def _run(plan: LaunchPlan, run_root: Path, timeout: float, as_json: bool, restar
     (130 SIGINT, 143 SIGTERM); see supervisor.py and role_watch.py."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from hybridserve.core.launch.runner import new_run_dir
-    from hybridserve.core.launch.supervisor import supervise
-    from hybridserve.core.launch.transport_watch import TransportWatch
+    from hybridserve.core.supervise.runner import new_run_dir
+    from hybridserve.core.supervise.supervisor import supervise
+    from hybridserve.core.supervise.transport_watch import TransportWatch
 
     run_dir = new_run_dir(run_root.resolve(), plan.role.value)
     err_console.print(f"run folder: {run_dir}", highlight=False)

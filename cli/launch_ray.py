@@ -51,7 +51,7 @@ def run(plan: LaunchPlan, options: RayOptions, *, ray_address: str | None, run_r
     import importlib.util
     import os
 
-    from hybridserve.core.launch.runner import new_run_dir
+    from hybridserve.core.supervise.runner import new_run_dir
     from hybridserve.core.rayserve.cluster import auth_env
     from hybridserve.core.rayserve.run import RayRun, serve_on_ray, token_file
 

@@ -19,7 +19,7 @@ def run_with_phase_progress(work: Callable[[OnProgress], T], before: str, starti
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from hybridserve.core.common.errors import CouldNotRunError
-    from hybridserve.core.launch.supervisor import Stop, stop_on_signals
+    from hybridserve.core.supervise.supervisor import Stop, stop_on_signals
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=True) as progress:

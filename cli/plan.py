@@ -22,7 +22,7 @@ from hybridserve.core.model.profiles import device_memory_bytes, load_model, mod
 
 def role_share(total: float, roles_per_gpu: int) -> float:
     """One role's --gpu-memory-utilization when `roles_per_gpu` servers share a GPU (launch's split)."""
-    from hybridserve.core.launch.gpus import memory_shares
+    from hybridserve.core.launch.gpu_shares import memory_shares
 
     if roles_per_gpu < 1:
         raise InputError(f"--roles-per-gpu {roles_per_gpu}: accepted: 1 or more")

@@ -90,7 +90,7 @@ def command(
     from hybridserve.core.validate.thresholds import Thresholds
     from hybridserve.core.common.fault_kind import parse_fault
     from hybridserve.core.launch.keys import read_key
-    from hybridserve.core.launch.start_phase import default_start_timeout
+    from hybridserve.core.supervise.start_phase import default_start_timeout
     from hybridserve.core.launch.topology import Device, EngineOptions
 
     targets = (parse_target(baseline, what="baseline"),

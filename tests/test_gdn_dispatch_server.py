@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm_servers")]  # see 
 
 import httpx  # noqa: E402
 
-from hybridserve.core.launch.runner import started  # noqa: E402
+from hybridserve.core.supervise.runner import started  # noqa: E402
 from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header  # noqa: E402
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR, Config  # noqa: E402
 from hybridserve.core.deployments.deployed import config_plan, config_topology

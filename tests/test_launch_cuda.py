@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.gpus import MAX_TOTAL_SHARE
+from hybridserve.core.launch.gpu_shares import MAX_TOTAL_SHARE
 from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.plan import Role
 from hybridserve.core.launch.topology_file import load_topology

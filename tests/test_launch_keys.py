@@ -22,9 +22,9 @@ from hybridserve.core.launch import keys
 from hybridserve.core.launch.engine_command import ENGINE_GUARD
 from hybridserve.core.launch.plan import Role, RoleCommand, make_launch_plan
 from hybridserve.core.launch.preflight import preflight
-from hybridserve.core.launch.process import child_env
+from hybridserve.core.supervise.process import child_env
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
-from hybridserve.core.launch.runner import started
+from hybridserve.core.supervise.runner import started
 from hybridserve.core.launch.topology_file import load_topology
 
 runner = CliRunner()

@@ -17,7 +17,7 @@ from hybridserve.core.launch.passthrough import check_passthrough, flag_name, ow
 from hybridserve.core.launch.placement import placements
 from hybridserve.core.launch.plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import Device, EngineOptions, Topology, local_topology
-from hybridserve.core.launch.vllm_version import V0_26, V0_32
+from hybridserve.core.host.vllm_version import V0_26, V0_32
 from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 

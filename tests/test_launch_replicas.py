@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.host import mps_daemon
 from hybridserve.core.launch import mps
 from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.plan import Role, make_launch_plan
@@ -123,11 +124,11 @@ def test_a_real_start_refuses_a_share_without_the_mps_daemon(tmp_path, monkeypat
                               "listening in /tmp/nvidia-mps); accepted: start it first (nvidia-cuda-mps-control -d), "
                               "or no sm_percent")
     monkeypatch.setattr("hybridserve.core.launch.machine.find_daemon",
-                        lambda: mps.MpsDaemon(pipe_dir=Path("/tmp/nvidia-mps"), gpus=(1,)))
+                        lambda: mps_daemon.MpsDaemon(pipe_dir=Path("/tmp/nvidia-mps"), gpus=(1,)))
     with pytest.raises(InputError, match="but the MPS daemon serves GPUs 1 only"):
         machine_plan(topology, Role.REPLICA, num_gpus=1, vllm="0.26")
     monkeypatch.setattr("hybridserve.core.launch.machine.find_daemon",
-                        lambda: mps.MpsDaemon(pipe_dir=Path("/tmp/nvidia-mps")))
+                        lambda: mps_daemon.MpsDaemon(pipe_dir=Path("/tmp/nvidia-mps")))
     assert len(machine_plan(topology, Role.REPLICA, num_gpus=1, vllm="0.26").commands) == 2
 
 
@@ -153,9 +154,9 @@ def _proc(tmp_path: Path, name: str, environ: dict[str, str]) -> Path:
 def test_the_daemon_is_found_by_its_process_and_control_pipe(tmp_path):
     pipe = tmp_path / "pipes"
     pipe.mkdir()
-    proc = _proc(tmp_path, mps.CONTROL, {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_VISIBLE_DEVICES": "0,2"})
-    assert mps.find_daemon(proc=proc) is None  # the process, but no control pipe
+    proc = _proc(tmp_path, mps_daemon.CONTROL, {"CUDA_MPS_PIPE_DIRECTORY": str(pipe), "CUDA_VISIBLE_DEVICES": "0,2"})
+    assert mps_daemon.find_daemon(proc=proc) is None  # the process, but no control pipe
     (pipe / "control").write_text("")
-    assert mps.find_daemon(proc=proc) == mps.MpsDaemon(pipe_dir=pipe, gpus=(0, 2))
+    assert mps_daemon.find_daemon(proc=proc) == mps_daemon.MpsDaemon(pipe_dir=pipe, gpus=(0, 2))
     other = _proc(tmp_path / "b", "nvidia-smi", {"CUDA_MPS_PIPE_DIRECTORY": str(pipe)})
-    assert mps.find_daemon(proc=other) is None
+    assert mps_daemon.find_daemon(proc=other) is None

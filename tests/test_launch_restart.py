@@ -19,13 +19,13 @@ from _run_groups import kill_run_groups
 from test_launch_process import _read_json
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.guard import Guard
-from hybridserve.core.launch.health import health_answer
+from hybridserve.core.supervise.guard import Guard
+from hybridserve.core.supervise.health import health_answer
 from hybridserve.core.launch.plan import Role, RoleCommand
-from hybridserve.core.launch.process import stop_roles
-from hybridserve.core.launch.restart import RestartLedger, RestartLimits, RestartPolicy
-from hybridserve.core.launch.role_watch import RestartCapSpentError, RoleWatch, read_events
-from hybridserve.core.launch.runner import StartedRoles
+from hybridserve.core.supervise.process import stop_roles
+from hybridserve.core.supervise.restart import RestartLedger, RestartLimits, RestartPolicy
+from hybridserve.core.supervise.role_watch import RestartCapSpentError, RoleWatch, read_events
+from hybridserve.core.supervise.runner import StartedRoles
 
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
 
@@ -139,7 +139,7 @@ def test_a_silent_engine_is_busy_until_hung_checks_then_restarted(tmp_path):
     more while it served); only `hung_checks` of them in a row are."""
     from dataclasses import replace
 
-    from hybridserve.core.launch.health import SLOW
+    from hybridserve.core.supervise.health import SLOW
 
     roles = _roles(tmp_path, ("decode-0", Role.DECODE, 0, 0))
     first = roles[0].popen.pid

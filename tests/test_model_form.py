@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hybridserve.core.launch.model_form import (
+from hybridserve.core.host.model_form import (
     ensure_wrapped, needs_wrapper, renamed_safetensors, wrapped_config, wrapped_dir,
 )
 from hybridserve.core.launch.topology import TINY_MODEL_DIR

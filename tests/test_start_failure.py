@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hybridserve.core.common.errors import CouldNotRunError
-from hybridserve.core.launch.health import wait_healthy
-from hybridserve.core.launch.process import start_role
-from hybridserve.core.launch.start_failure import HELD_BY_PEER, root_error, start_failure
+from hybridserve.core.supervise.health import wait_healthy
+from hybridserve.core.supervise.process import start_role
+from hybridserve.core.supervise.start_failure import HELD_BY_PEER, root_error, start_failure
 from test_launch_process import _command
 
 # the shape of a failed vLLM start on a GPU whose memory a NIXL peer still held (H200, 2026-12-04): the engine core's

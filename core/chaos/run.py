@@ -25,9 +25,9 @@ import yaml
 from hybridserve.core.chaos.load import KvSampler, Load
 from hybridserve.core.chaos.reference import prompt_pool, references
 from hybridserve.core.chaos.tally import Kill, KillRow, held_seconds, released_seconds, tally, verdicts
-from hybridserve.core.launch.guard import wait_groups_gone
-from hybridserve.core.launch.health import health_status
-from hybridserve.core.launch.role_watch import read_events
+from hybridserve.core.supervise.guard import wait_groups_gone
+from hybridserve.core.supervise.health import health_status
+from hybridserve.core.supervise.role_watch import read_events
 from hybridserve.core.chaos.timeline_gaps import read_events as read_timeline
 from hybridserve.core.common.contracts import RELEASED_EVENT, RESTART_LOG, TIMELINE_FILE_ENV
 from hybridserve.core.validate.thresholds import Thresholds
@@ -169,7 +169,7 @@ def start_launch(tmp: Path, *, timeout_s: float,
 
 def report_wait_s(topology: Path, timeout_s: float) -> float:
     """How long to wait for launch's endpoints: its --timeout bounds each start wave, and engines sharing a GPU start
-    one wave after another (core/launch/gpus.start_waves), so at most one wave per engine, plus a minute for the
+    one wave after another (core/launch/gpu_shares.start_waves), so at most one wave per engine, plus a minute for the
     front. A cold 60-layer start of one prefill and two decodes on one H200 took three waves of 118-166 s
     (2026-12-05), past a wait of one --timeout."""
     topo = yaml.safe_load(topology.read_text()) or {}

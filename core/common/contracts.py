@@ -51,7 +51,7 @@ RELEASED_EVENT = "peer_released"  # a decode gave back a dead engine's NIXL stat
 
 # --- files of a run folder: launch writes them, chaos, bench, a later launch and the proxy read them ---
 PLAN_FILE = "plan.json"  # every role's command line and environment
-RESTART_LOG = "restarts.jsonl"  # one JSON line per restart event (core/launch/role_watch.py)
+RESTART_LOG = "restarts.jsonl"  # one JSON line per restart event (core/supervise/role_watch.py)
 LAUNCHER_PID_FILE = "launcher.pid"  # the launch process that owns the run (a later launch checks it)
 WARM_FILE = "warm.json"  # engine URL -> WARMING / WARM (core/common/warm_state.py), read by the proxy
 WARMING = "warming"

@@ -18,10 +18,10 @@ from hybridserve.core.common.contracts import FAULT_ENV, FAULT_FILE_ENV, SCHEDUL
 from hybridserve.core.common.errors import CouldNotRunError, InputError
 from hybridserve.core.common.fault_kind import FaultKind
 from hybridserve.core.deployments.target import Config, Target
-from hybridserve.core.launch.gpus import count_gpus
+from hybridserve.core.host.gpus import count_gpus
 from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.plan import Role
-from hybridserve.core.launch.runner import new_run_dir, started
+from hybridserve.core.supervise.runner import new_run_dir, started
 from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
 
 

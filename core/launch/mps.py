@@ -6,31 +6,16 @@ memory share stays `--gpu-memory-utilization` (or `--kv-cache-memory-bytes`). Bo
 share the memory bandwidth the same way. MPS is a daemon (`nvidia-cuda-mps-control -d`, stopped by
 `echo quit | nvidia-cuda-mps-control`), not a setting of the card: launch never starts or stops it. Without the
 daemon the variable does nothing, so a share on a GPU the daemon does not serve is refused before anything starts;
-the benchmark that needs the daemon starts and quits it in the same call (benchmarks/sizing_h200.py).
+the benchmark that needs the daemon starts and quits it in the same call (benchmarks/equal_resources.py).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.host.mps_daemon import CONTROL, MpsDaemon, pipe_dir
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
 
 PERCENT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-PIPE_DIR_ENV = "CUDA_MPS_PIPE_DIRECTORY"
-DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"  # the daemon's default pipe directory
-CONTROL = "nvidia-cuda-mps-control"
-
-
-@dataclass(frozen=True, kw_only=True)
-class MpsDaemon:
-    """What this host's MPS control daemon serves: None when it is not running; `gpus` None: every GPU."""
-
-    pipe_dir: Path
-    gpus: tuple[int, ...] | None = None
 
 
 def share_line(device: Device, instance: EngineInstance, gpus: tuple[int, ...] | None,
@@ -71,50 +56,9 @@ def check_daemon(shares: list[tuple[str, tuple[int, ...], int]], daemon: MpsDaem
         for gpu in gpus:
             if daemon is None:
                 raise InputError(f"{name}: sm_percent {percent} on GPU {gpu}, but no MPS control daemon runs here "
-                                 f"(nothing listening in {_pipe_dir()}); accepted: start it first "
+                                 f"(nothing listening in {pipe_dir()}); accepted: start it first "
                                  f"({CONTROL} -d), or no sm_percent")
             if daemon.gpus is not None and gpu not in daemon.gpus:
                 raise InputError(f"{name}: sm_percent {percent} on GPU {gpu}, but the MPS daemon serves GPUs "
                                  f"{', '.join(map(str, daemon.gpus))} only; accepted: a GPU it serves, or no "
                                  "sm_percent")
-
-
-def find_daemon(*, proc: Path = Path("/proc"), exists: Callable[[Path], bool] | None = None) -> MpsDaemon | None:
-    """The running control daemon: a process named nvidia-cuda-mps-control, and its control pipe in the pipe
-    directory; the GPUs it serves from its CUDA_VISIBLE_DEVICES (integer ids only; unset or unreadable: all)."""
-    exists = exists or Path.exists
-    pipe = _pipe_dir()
-    for pid_dir in _pids(proc):
-        cmdline = _read(pid_dir / "cmdline").split(b"\0")[0]
-        if Path(cmdline.decode(errors="replace")).name != CONTROL:
-            continue
-        environ = dict(item.split(b"=", 1) for item in _read(pid_dir / "environ").split(b"\0") if b"=" in item)
-        pipe = Path(environ.get(PIPE_DIR_ENV.encode(), str(pipe).encode()).decode(errors="replace"))
-        if exists(pipe / "control"):
-            return MpsDaemon(pipe_dir=pipe, gpus=_gpu_ids(environ.get(b"CUDA_VISIBLE_DEVICES")))
-    return None
-
-
-def _pipe_dir() -> Path:
-    return Path(os.environ.get(PIPE_DIR_ENV, DEFAULT_PIPE_DIR))
-
-
-def _pids(proc: Path) -> list[Path]:
-    try:
-        return [p for p in proc.iterdir() if p.name.isdigit()]
-    except OSError:
-        return []
-
-
-def _read(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return b""
-
-
-def _gpu_ids(value: bytes | None) -> tuple[int, ...] | None:
-    if not value:
-        return None
-    parts = value.decode(errors="replace").split(",")
-    return tuple(int(p) for p in parts) if all(p.strip().isdigit() for p in parts) else None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.common.warm_state import WARM_FILE
+from hybridserve.core.common.contracts import WARM_FILE
 from hybridserve.core.launch import keys
 from hybridserve.core.launch.async_scheduling import AsyncScheduling
 from hybridserve.core.launch.async_scheduling import resolve as resolve_async
@@ -22,7 +22,7 @@ from hybridserve.core.launch.engine_command import engine_argv, engine_env, guar
 from hybridserve.core.launch.engine_limits import EngineLimits, resolve_limits
 from hybridserve.core.launch.seqs_fit import seqs_fit
 from hybridserve.core.launch.placement import EnginePlacement, placements
-from hybridserve.core.launch.vllm_version import V0_32, VllmFeatures
+from hybridserve.core.host.vllm_version import V0_32, VllmFeatures
 from hybridserve.core.launch.instance_cache import InstanceCache, instance_cache
 from hybridserve.core.launch.port_numbers import check_port_numbers
 from hybridserve.core.model.profiles import load_model

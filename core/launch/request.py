@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.gpus import count_gpus
+from hybridserve.core.host.gpus import count_gpus
 from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.plan import LaunchPlan, Role
 from hybridserve.core.launch.topology import (Device, EngineOptions, FirstTokenSource, ProxyKind, Topology,

@@ -2,7 +2,7 @@
 that could not reach a server marks it down at once (until a probe finds it answering 200 again).
 
 vLLM answers /health with 200 while its engine runs and 503 once the engine core is dead; a server being restarted
-by launch (core/launch/role_watch.py) does not answer at all. The proxy's own /health lists the servers down, and
+by launch (core/supervise/role_watch.py) does not answer at all. The proxy's own /health lists the servers down, and
 routing (routing.py) skips them while another server of the role is up. With launch's warm file (`--warm-file`,
 core/common/warm_state.py) a server that answers 200 while launch still warms it up after a restart stays down.
 """

@@ -2,7 +2,7 @@
 
 uvicorn's graceful shutdown (a SIGTERM) waits for every open response, and a stream may run for minutes: prefill
 alone serving 4,000 tokens after decode died (failover.py). launch stops the proxy first and SIGKILLs it
-FRONT_GRACE_S (5 s) after its SIGTERM (core/launch/process.py), which left such a client with a chunked body cut
+FRONT_GRACE_S (5 s) after its SIGTERM (core/supervise/process.py), which left such a client with a chunked body cut
 short and no error event ("incomplete chunked read": test_launch_pd's decode kill, once in a CI run). server.py
 sets `Stopping` as the shutdown begins; a relay waits for its server through `Stopping.chunks` and `guard`.
 """

@@ -87,7 +87,7 @@ def armed_specs(env: Mapping[str, str]) -> tuple[manifest.PatchSpec, ...]:
 
 def _refuse_mismatches(specs: list[manifest.PatchSpec], line: str | None) -> None:
     """Once per server (the first vLLM process): one line and exit 2 when a patch cannot run on this vLLM."""
-    from hybridserve.core.launch.vllm_version import installed_vllm
+    from hybridserve.core.host.vllm_version import installed_vllm
     from hybridserve.core.vllm_plugin import compat
 
     version = installed_vllm()
@@ -105,7 +105,7 @@ def register() -> None:
     config = settings.from_env()
     if config.is_disabled:
         return
-    from hybridserve.core.launch.vllm_version import installed_vllm
+    from hybridserve.core.host.vllm_version import installed_vllm
     from hybridserve.core.vllm_plugin.compat import is_supported, line_of
 
     version = installed_vllm()

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hybridserve.core.launch.vllm_version import VllmVersion, installed_vllm, parse_minor
+from hybridserve.core.host.vllm_version import VllmVersion, installed_vllm, parse_minor
 from hybridserve.core.vllm_plugin.manifest import ALL, PatchSpec
 from hybridserve.core.vllm_plugin.source_index import SourceIndex
 

@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from hybridserve.core.common.errors import HybridserveError
-from hybridserve.core.launch.health import ProgressCallback
+from hybridserve.core.supervise.health import ProgressCallback
 from hybridserve.core.launch.plan import LaunchPlan
-from hybridserve.core.launch.process import RunningRole
-from hybridserve.core.launch.restart import RestartLimits, RestartPolicy
+from hybridserve.core.supervise.process import RunningRole
+from hybridserve.core.supervise.restart import RestartLimits, RestartPolicy
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -102,8 +102,8 @@ def supervise(plan: LaunchPlan, run_dir: Path, *, timeout_s: float, on_progress:
 
     Never returns normally: raises RoleExitedError, RestartCapSpentError or StoppedBySignalError once every role is
     stopped (or CouldNotRunError when a role fails to start)."""
-    from hybridserve.core.launch.role_watch import RestartCapSpentError, RoleWatch
-    from hybridserve.core.launch.runner import started
+    from hybridserve.core.supervise.role_watch import RestartCapSpentError, RoleWatch
+    from hybridserve.core.supervise.runner import started
 
     with stop_on_signals() as trigger:
         try:

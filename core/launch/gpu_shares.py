@@ -1,62 +1,16 @@
-"""The GPUs of this host, counted without torch, and how the roles placed on one GPU share its memory.
-
-Counting asks NVML through ctypes (the driver's own library, no Python package needed) and falls back to
-`nvidia-smi -L`; a host without either has 0 GPUs. Placement is by GPU id, never by CPU core id.
-"""
+"""How the roles placed on one GPU share its memory, and in which waves engines that share a GPU start. Placement is
+by GPU id, never by CPU core id."""
 
 from __future__ import annotations
 
-import ctypes
 import math
-import shutil
-import subprocess
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.capacity import VLLM_GPU_MEMORY_UTILIZATION
 
 MAX_TOTAL_SHARE = 0.95  # what the roles on one GPU may ask for together; the rest is CUDA context and NCCL headroom
 DEFAULT_SHARE = VLLM_GPU_MEMORY_UTILIZATION  # a role with a GPU to itself gets what `vllm serve` alone would
-
-
-def count_gpus(*, nvml: Callable[[], int | None] | None = None, smi: Callable[[], int | None] | None = None) -> int:
-    """GPUs the driver sees: NVML first, then `nvidia-smi -L`, else 0 (a CPU host)."""
-    for probe in (nvml or _count_nvml, smi or _count_smi):
-        found = probe()
-        if found is not None:
-            return found
-    return 0
-
-
-def _count_nvml() -> int | None:
-    try:
-        lib = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None
-    count = ctypes.c_uint(0)
-    try:
-        if lib.nvmlInit_v2() != 0:
-            return None
-        ok = lib.nvmlDeviceGetCount_v2(ctypes.byref(count)) == 0
-        lib.nvmlShutdown()
-    except AttributeError:
-        return None
-    return count.value if ok else None
-
-
-def _count_smi() -> int | None:
-    if shutil.which("nvidia-smi") is None:
-        return None
-    try:
-        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return parse_smi_list(done.stdout) if done.returncode == 0 else None
-
-
-def parse_smi_list(text: str) -> int:
-    """`nvidia-smi -L` prints one 'GPU <n>: <name> (UUID: ...)' line per GPU (MIG devices are indented)."""
-    return sum(1 for line in text.splitlines() if line.startswith("GPU "))
 
 
 def memory_shares(placements: Iterable[tuple[str, tuple[int, ...]]], *, total: float = DEFAULT_SHARE,

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybridserve.core.common.errors import HybridserveError
-from hybridserve.core.launch.guard import wait_groups_gone
-from hybridserve.core.launch.health import SLOW, health_answer, health_status
-from hybridserve.core.launch.process import RunningRole
-from hybridserve.core.launch.restart import RestartLedger, RestartLimits, cap_text
-from hybridserve.core.launch.start_failure import start_failure
+from hybridserve.core.supervise.guard import wait_groups_gone
+from hybridserve.core.supervise.health import SLOW, health_answer, health_status
+from hybridserve.core.supervise.process import RunningRole
+from hybridserve.core.supervise.restart import RestartLedger, RestartLimits, cap_text
+from hybridserve.core.supervise.start_failure import start_failure
 from hybridserve.core.common.contracts import RESTART_LOG
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError
-from hybridserve.core.launch.guard import wait_groups_gone, wrapped
+from hybridserve.core.supervise.guard import wait_groups_gone, wrapped
 from hybridserve.core.launch.keys import read_key
 from hybridserve.core.launch.plan import RoleCommand
 

@@ -4,10 +4,10 @@ Two mechanisms, because one is not enough for vLLM:
 
 - Each role's process group leader asks the kernel for a parent-death signal (`prctl(PR_SET_PDEATHSIG)`), so the
   API server gets SIGTERM the moment the launcher is gone. A wrapper sets it and then execs the role's command
-  (`python -m hybridserve.core.launch.guard --exec LAUNCHER_PID ARGV...`; the signal survives exec, the pid stays
+  (`python -m hybridserve.core.supervise.guard --exec LAUNCHER_PID ARGV...`; the signal survives exec, the pid stays
   the same); a `preexec_fn` would run Python in a child forked while the launcher's progress thread may hold a
   lock. The leader's children (vLLM's engine core and workers) are not covered: their parent is the API server.
-- A guard process per run (`python -m hybridserve.core.launch.guard`, in its own session) holds the read end of
+- A guard process per run (`python -m hybridserve.core.supervise.guard`, in its own session) holds the read end of
   a pipe whose only write end is the launcher's. The launcher sends the process group id of each role it starts,
   and `done` once it has stopped them itself. End of file without `done` means the launcher died: the guard
   sends SIGTERM to every group, waits a short grace period, then SIGKILLs what is left, and exits.

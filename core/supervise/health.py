@@ -8,9 +8,9 @@ import urllib.request
 from collections.abc import Callable, Sequence
 
 from hybridserve.core.common.errors import CouldNotRunError
-from hybridserve.core.launch.process import RunningRole
-from hybridserve.core.launch.start_failure import start_failure
-from hybridserve.core.launch.start_phase import SERVING, PhaseWatch
+from hybridserve.core.supervise.process import RunningRole
+from hybridserve.core.supervise.start_failure import start_failure
+from hybridserve.core.supervise.start_phase import SERVING, PhaseWatch
 
 ProgressCallback = Callable[[str, str], None]  # (role name, its start phase: start_phase.py; SERVING once healthy)
 
