@@ -31,7 +31,7 @@ from hybridserve.cli.console import FitConsole
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hybridserve.core.chaos.run import ChaosResult, ChaosSpec, parse_phase, run_chaos
+from hybridserve.core.chaos.session import ChaosResult, ChaosSpec, parse_phase, run_chaos
 from hybridserve.core.common.atomic_file import write_text
 
 COLUMNS = ("kill", "decode alive", "sent", "ok", "wrong", "retried", "fell back", "failed", "unexcused", "lost",

@@ -34,8 +34,9 @@ from rich.table import Table
 
 from hybridserve.core.chaos.load import Load
 from hybridserve.core.chaos.reference import prompt_pool, references
-from hybridserve.core.chaos.run import (ChaosSpec, _kill_groups, _lines_naming, _model_name, _stop_launcher,
-                                        _wait_all_up, start_launch, topology_yaml)
+from hybridserve.core.chaos.session import (
+    ChaosSpec, _kill_groups, _lines_naming, _model_name, _stop_launcher, _wait_all_up, start_launch, topology_yaml,
+)
 from hybridserve.core.chaos.tally import verdicts
 from hybridserve.core.common import keepalive
 from hybridserve.core.chaos.timeline_gaps import read_events

@@ -28,7 +28,7 @@ from rich.table import Table
 
 from hybridserve.core.chaos import stall
 from hybridserve.core.chaos.burst import EXPIRED_LOG, LATE_READ_LOG, count_refused
-from hybridserve.core.chaos.run import _kill_groups, _stop_launcher, start_launch
+from hybridserve.core.chaos.session import _kill_groups, _stop_launcher, start_launch
 from hybridserve.core.validate import load_dataset
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 

@@ -26,7 +26,7 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from hybridserve.core.launch.plan import Role, RoleCommand, make_launch_plan
+from hybridserve.core.launch.launch_plan import Role, RoleCommand, make_launch_plan
 from hybridserve.core.launch.engine_command import engine_env
 from hybridserve.core.supervise.runner import started
 from hybridserve.core.launch.topology import EngineOptions, local_topology

@@ -31,7 +31,7 @@ from rich.table import Table
 
 from hybridserve.core.supervise.health import wait_healthy
 from hybridserve.core.launch.machine import machine_plan
-from hybridserve.core.launch.plan import Role
+from hybridserve.core.launch.launch_plan import Role
 from hybridserve.core.supervise.process import kill_role, start_role
 from hybridserve.core.supervise.runner import started
 from hybridserve.core.launch.topology import ProxyKind, local_topology

@@ -156,7 +156,7 @@ def serve_and_measure(configs: dict, args: argparse.Namespace) -> tuple[dict, di
     from contextlib import ExitStack
 
     from hybridserve.core.launch.machine import machine_plan
-    from hybridserve.core.launch.plan import Role
+    from hybridserve.core.launch.launch_plan import Role
     from hybridserve.core.supervise.runner import started
 
     urls, logs = {}, {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from hybridserve.cli import bench, export, launch, plan, step_profile, transfer, tune, validate, verify
-from hybridserve.cli.guard import guarded
+from hybridserve.cli.error_exit import guarded
 from hybridserve.cli.help import HelpCommand, HelpGroup
 
 app = typer.Typer(

@@ -106,12 +106,12 @@ def command(
     from hybridserve.core.bench.lengths import parse_length
     from hybridserve.core.bench.load import make_load
     from hybridserve.core.bench.phase import PhaseSpec, ProbeSpec
-    from hybridserve.core.bench.run import BenchRequest
+    from hybridserve.core.bench.comparison import BenchRequest
     from hybridserve.core.common.fault_kind import parse_fault
     from hybridserve.core.common.output_path import check_output_path
     from hybridserve.core.launch.keys import read_key
     from hybridserve.core.bench.goodput import make_slo
-    from hybridserve.core.bench.settings_check import parse_gpus
+    from hybridserve.core.bench.likeness.before_measuring import parse_gpus
     from hybridserve.core.supervise.start_phase import default_start_timeout
     from hybridserve.core.launch.topology import Device, EngineOptions
 
@@ -147,7 +147,7 @@ def command(
 
 
 def _targets(deployment: str, baseline: str, control: str | None, metrics: list[str] | None, fault):  # noqa: ANN001, ANN202
-    from hybridserve.core.bench.run import BenchTarget
+    from hybridserve.core.bench.comparison import BenchTarget
     from hybridserve.core.common.errors import InputError
     from hybridserve.core.validate import parse_target
 
@@ -165,6 +165,6 @@ def _targets(deployment: str, baseline: str, control: str | None, metrics: list[
 
 def _run_with_progress(request):  # noqa: ANN001, ANN202
     from hybridserve.cli.phase_progress import run_with_phase_progress
-    from hybridserve.core.bench.run import bench
+    from hybridserve.core.bench.comparison import bench
 
     return run_with_phase_progress(lambda on_progress: bench(request, on_progress), before="the results")

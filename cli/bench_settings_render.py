@@ -7,8 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from hybridserve.core.bench.likeness import Likeness, TargetSettings
-from hybridserve.core.bench.settings import Memory, Setting
+from hybridserve.core.bench.likeness.alike import Likeness, TargetSettings
+from hybridserve.core.bench.likeness.engine_settings import Memory, Setting
 
 
 def render_settings(console: Console, settings: tuple[TargetSettings, ...], likeness: Likeness | None) -> None:

@@ -13,7 +13,7 @@ import yaml
 from hybridserve.cli.console import err_console, out_console
 from hybridserve.cli.help import HelpCommand, HelpGroup
 from hybridserve.core.common import atomic_file
-from hybridserve.core.launch.plan import LaunchPlan, Role
+from hybridserve.core.launch.launch_plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
 from hybridserve.core.launch.topology import Device, FirstTokenSource
 

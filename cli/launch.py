@@ -19,10 +19,10 @@ from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.layout.capacity import VLLM_GPU_MEMORY_UTILIZATION
 from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.model.profiles import device_memory_bytes, hardware_profiles
-from hybridserve.core.launch.async_scheduling import HELP as ASYNC_HELP
+from hybridserve.core.launch.async_default import HELP as ASYNC_HELP
 from hybridserve.core.launch import engine_limits as limits_help
 from hybridserve.core.supervise.start_phase import TIMEOUT_HELP, default_start_timeout
-from hybridserve.core.launch.plan import LaunchPlan, Role
+from hybridserve.core.launch.launch_plan import LaunchPlan, Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
 from hybridserve.core.supervise.restart import RestartPolicy
 from hybridserve.core.launch.topology import Device, EngineOptions, FirstTokenSource, ProxyKind
@@ -165,7 +165,7 @@ def command(
                             gpu_memory_bytes=_gpu_memory(gpu_memory), gpu_name=_gpu_name(gpu_memory))
     restart_policy = RestartPolicy.parse(restart)
     is_ray = _engine_is_ray(engine_kind)
-    # Ray places the engines: this machine's ports and GPUs are not theirs (core/rayserve/run.py checks the rest)
+    # Ray places the engines: this machine's ports and GPUs are not theirs (core/rayserve/lifecycle.py checks the rest)
     plan = prepare_launch(replace(request, is_dry_run=True) if is_ray else request)
     for warning in plan.warnings:
         err_console.print(f"warning: {warning}", style="yellow", highlight=False, markup=False)

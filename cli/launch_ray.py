@@ -9,7 +9,7 @@ import yaml
 
 from hybridserve.cli.console import err_console, out_console, print_json
 from hybridserve.core.common.errors import InputError, MissingExtraError
-from hybridserve.core.launch.plan import LaunchPlan
+from hybridserve.core.launch.launch_plan import LaunchPlan
 from hybridserve.core.rayserve.serve_config import RayOptions, key_file_note, ray_start_lines, serve_config
 
 RAY_EXTRA = "ray"
@@ -53,7 +53,7 @@ def run(plan: LaunchPlan, options: RayOptions, *, ray_address: str | None, run_r
 
     from hybridserve.core.supervise.runner import new_run_dir
     from hybridserve.core.rayserve.cluster import auth_env
-    from hybridserve.core.rayserve.run import RayRun, serve_on_ray, token_file
+    from hybridserve.core.rayserve.lifecycle import RayRun, serve_on_ray, token_file
 
     run_dir = new_run_dir(run_root.resolve(), "ray")
     _say(f"run folder: {run_dir}")

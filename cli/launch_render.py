@@ -9,7 +9,7 @@ from rich.table import Table
 
 from hybridserve.cli.console import out_console
 from hybridserve.cli.plan_render import format_bytes, layout_rows
-from hybridserve.core.launch.plan import LaunchPlan
+from hybridserve.core.launch.launch_plan import LaunchPlan
 from hybridserve.core.layout.plan_report import layout_dict
 
 

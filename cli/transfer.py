@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from hybridserve.cli.console import err_console, out_console, print_json
-from hybridserve.cli.guard import guarded
+from hybridserve.cli.error_exit import guarded
 from hybridserve.cli.help import HelpCommand, HelpGroup
 from hybridserve.cli.options import JsonOpt, ModelOpt
 from hybridserve.core.common.choices import parse_choice

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from hybridserve.core.validate.run import ValidationReport
+from hybridserve.core.validate.validation import ValidationReport
 
 
 def _fmt(value: float | None, digits: int = 4, *, missing: str = "-") -> str:

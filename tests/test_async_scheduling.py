@@ -1,4 +1,4 @@
-"""Async scheduling: each device's default when the user does not say (core/launch/async_scheduling.py), what the
+"""Async scheduling: each device's default when the user does not say (core/launch/async_default.py), what the
 engines' command lines and environment then say, and the explicit choices."""
 
 import json
@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.async_scheduling import resolve
+from hybridserve.core.launch.async_default import resolve
 from hybridserve.core.launch.topology import Device
 from hybridserve.core.launch.topology_file import load_topology
 

@@ -235,7 +235,7 @@ def test_cli_passes_the_issue_load_on(monkeypatch):
         seen["request"] = request
         raise _Called
 
-    monkeypatch.setattr("hybridserve.core.bench.run.bench", fake)
+    monkeypatch.setattr("hybridserve.core.bench.comparison.bench", fake)
     result = CliRunner().invoke(app, [
         "bench", "--deployment", "http://127.0.0.1:8000", "--baseline", "http://127.0.0.1:8300",
         "--control", "http://127.0.0.1:8400", "--metrics", "http://127.0.0.1:8200", "--input-len", "500:12000",
@@ -350,7 +350,7 @@ def _report_with_control():
     from hybridserve.core.bench.phase import draw_work
     from hybridserve.core.bench.engine_timing import EngineTiming
     from hybridserve.core.bench.prediction import Prediction
-    from hybridserve.core.bench.run import BenchReport, PhaseResult, TargetResult
+    from hybridserve.core.bench.comparison import BenchReport, PhaseResult, TargetResult
     from hybridserve.core.bench.vocab import Vocabulary
 
     work = draw_work(PhaseSpec(load=Load(max_concurrency=1), num_requests=2, input_len=LengthDist(
@@ -411,7 +411,7 @@ def test_a_stream_cut_before_done_is_a_failed_request():
 
 
 def test_cli_writes_png_and_json_out(monkeypatch, tmp_path):
-    monkeypatch.setattr("hybridserve.core.bench.run.bench", lambda request, progress=None: _report_with_control())
+    monkeypatch.setattr("hybridserve.core.bench.comparison.bench", lambda request, progress=None: _report_with_control())
     out, png = tmp_path / "b.json", tmp_path / "b.png"
     result = CliRunner().invoke(app, ["bench", "--deployment", "http://d", "--baseline", "http://b", "--out", str(out),
                                       "--png", str(png), "--output-len", "4"])

@@ -147,7 +147,7 @@ def test_the_table_and_json_say_which_basis(predictor):
 
 
 def test_bench_predicts_from_history_only_for_a_deployment_it_started():
-    from hybridserve.core.bench.run import BenchRequest, BenchTarget, _started_deployment
+    from hybridserve.core.bench.comparison import BenchRequest, BenchTarget, _started_deployment
     from hybridserve.core.validate import parse_target
 
     def request(deployment, baseline):

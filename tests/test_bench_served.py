@@ -19,7 +19,7 @@ from hybridserve.core.bench.goodput import request_itl_s  # noqa: E402
 from hybridserve.core.bench.lengths import LengthDist  # noqa: E402
 from hybridserve.core.bench.load import Load  # noqa: E402
 from hybridserve.core.bench.phase import PhaseSpec  # noqa: E402
-from hybridserve.core.bench.run import BenchRequest, BenchTarget, bench  # noqa: E402
+from hybridserve.core.bench.comparison import BenchRequest, BenchTarget, bench  # noqa: E402
 from hybridserve.core.common.fault_kind import SLOW_DECODE_STEP_S, FaultKind  # noqa: E402
 from hybridserve.core.validate import parse_target  # noqa: E402
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR  # noqa: E402

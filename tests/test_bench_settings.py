@@ -16,14 +16,15 @@ from hybridserve.cli.bench_render import render, report_dict
 from hybridserve.core.bench.client_stats import summarize
 from hybridserve.core.bench.goodput import Slo, is_good, make_slo, request_itl_s
 from hybridserve.core.bench.launched import engines_of_plan, find_launched
-from hybridserve.core.bench.likeness import TargetSettings, compare
-from hybridserve.core.bench.settings import (DEFAULT, EngineSettings, Memory, Reading, Setting, cache_config_labels,
-                                             from_cache_config, from_launch, from_log)
-from hybridserve.core.bench.settings_check import SettingsBook, UnlikeTargetsError, parse_gpus
+from hybridserve.core.bench.likeness.alike import TargetSettings, compare
+from hybridserve.core.bench.likeness.engine_settings import (
+    DEFAULT, EngineSettings, Memory, Reading, Setting, cache_config_labels, from_cache_config, from_launch, from_log,
+)
+from hybridserve.core.bench.likeness.before_measuring import SettingsBook, UnlikeTargetsError, parse_gpus
 from hybridserve.core.bench.stream import RequestRecord
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.machine import machine_plan
-from hybridserve.core.launch.plan import Role
+from hybridserve.core.launch.launch_plan import Role
 from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -96,7 +97,7 @@ def test_p_and_d_sharing_a_gpu_hold_what_one_server_holds():
 def test_fixed_kv_caches_on_one_gpu_are_summed_like_shares_and_host_ones_stay_per_engine():
     # the H200 record of 2026-12-05: P and D at 6 GB each against one server at 12 GB, every engine on GPU 0; /metrics
     # gave each engine's size, launch's CUDA_VISIBLE_DEVICES where it lives (bench refused the pair per engine)
-    from hybridserve.core.bench.settings import with_gpus
+    from hybridserve.core.bench.likeness.engine_settings import with_gpus
 
     six, twelve = Memory(kv_cache_bytes=6 * 10**9), Memory(kv_cache_bytes=12 * 10**9)
     pd = _target("deployment", {Setting.MEMORY: six}, {Setting.MEMORY: six})
@@ -212,7 +213,7 @@ def _report(likeness_targets, num_gpus=(1, None)):
     from hybridserve.core.bench.lengths import LengthDist
     from hybridserve.core.bench.load import Load
     from hybridserve.core.bench.phase import PhaseSpec, PhaseWork
-    from hybridserve.core.bench.run import BenchReport, PhaseResult, TargetResult
+    from hybridserve.core.bench.comparison import BenchReport, PhaseResult, TargetResult
     from hybridserve.core.bench.vocab import Vocabulary
 
     spec = PhaseSpec(load=Load(max_concurrency=1), num_requests=2, input_len=LengthDist(min_tokens=100, max_tokens=100),

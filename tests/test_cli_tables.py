@@ -111,7 +111,7 @@ def test_validate_tables_keep_every_value(monkeypatch, tmp_path):
     from hybridserve.core.deployments.client import Completion
     from hybridserve.core.validate.dataset import AnswerKind, Example
     from hybridserve.core.validate.metrics import compare, summarize
-    from hybridserve.core.validate.run import TargetRun, ValidationReport
+    from hybridserve.core.validate.validation import TargetRun, ValidationReport
     from hybridserve.core.validate.thresholds import Thresholds
     from hybridserve.core.validate.verdict import judge
 

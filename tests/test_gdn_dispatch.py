@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.plan import Role
+from hybridserve.core.launch.launch_plan import Role
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
 from hybridserve.core.launch.topology import Device
 from hybridserve.core.launch.tuned import check_tuned_profile, read_header
-from hybridserve.core.vllm_plugin import settings
+from hybridserve.core.vllm_plugin import switches
 from hybridserve.core.vllm_plugin.gdn_dispatch import _LazyRouter, _RoutingOps
 from hybridserve.kernels.metrics import assert_close
 
@@ -71,9 +71,9 @@ def test_launch_tuned_profile_arms_every_engine_and_skips_the_flag_on_cpu(tmp_pa
     engines = [c for c in plan.commands if c.role.is_engine]
     assert [c.name for c in engines] == ["prefill-0", "decode-0"]
     for c in engines:
-        assert dict(c.env)[settings.GDN_DISPATCH_PROFILE] == str(path.resolve())
+        assert dict(c.env)[switches.GDN_DISPATCH_PROFILE] == str(path.resolve())
         assert "--gdn-prefill-backend" not in c.argv
-    assert settings.GDN_DISPATCH_PROFILE not in dict(plan.command("proxy").env)
+    assert switches.GDN_DISPATCH_PROFILE not in dict(plan.command("proxy").env)
 
 
 def test_launch_tuned_profile_passes_the_closest_setting_on_cuda(tmp_path) -> None:

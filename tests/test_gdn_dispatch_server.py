@@ -24,7 +24,7 @@ from hybridserve.core.supervise.runner import started  # noqa: E402
 from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header  # noqa: E402
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR, Config  # noqa: E402
 from hybridserve.core.deployments.deployed import config_plan, config_topology
-from hybridserve.core.vllm_plugin import settings  # noqa: E402
+from hybridserve.core.vllm_plugin import switches  # noqa: E402
 from hybridserve.core.vllm_plugin.gdn_router import LOG_PREFIX  # noqa: E402
 from _gdn_profiles import two_bucket_profile  # noqa: E402
 
@@ -56,7 +56,7 @@ def _served_argv(run_dir: Path) -> list[str]:
 
 def test_two_bucket_profile_routes_each_batch_and_keeps_greedy_tokens(tmp_path, monkeypatch,
                                                                       single_sync_baseline) -> None:
-    monkeypatch.setenv(settings.GDN_DISPATCH_LOG_CALLS, "1")  # inherited by the server: one line per routed call
+    monkeypatch.setenv(switches.GDN_DISPATCH_LOG_CALLS, "1")  # inherited by the server: one line per routed call
     header = read_header(two_bucket_profile(tmp_path / "profile.yaml"))
     plain = single_sync_baseline
     base = config_topology(Config.SINGLE_SYNC, RECALL_MODEL_DIR, 8400, os.cpu_count() or 1, None)

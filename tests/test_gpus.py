@@ -7,7 +7,7 @@ import pytest
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.gpu_shares import MAX_TOTAL_SHARE, check_gpus_exist, memory_shares, start_waves
 from hybridserve.core.host.gpus import count_gpus, parse_smi_list
-from hybridserve.core.launch.plan import Role, make_launch_plan
+from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import Device, local_topology
 
 SMI_TWO = ("GPU 0: NVIDIA H200 (UUID: GPU-c3fbd34e-333c-b84b-75d2-81d8feda572f)\n"

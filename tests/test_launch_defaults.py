@@ -195,7 +195,7 @@ def test_the_clis_leave_engine_options_unset_and_wait_the_devices_start_time(mon
         seen["request"] = request
         raise _Called
 
-    monkeypatch.setattr("hybridserve.core.bench.run.bench", fake)
+    monkeypatch.setattr("hybridserve.core.bench.comparison.bench", fake)
     monkeypatch.setattr("hybridserve.core.validate.validate", fake)
     for args in (["bench", "--baseline", "none"], ["validate", "--num-prompts", "2"]):
         result = runner.invoke(app, [*args, "--device", device])

@@ -20,7 +20,7 @@ from hybridserve.cli.app import app
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch import keys
 from hybridserve.core.launch.engine_command import ENGINE_GUARD
-from hybridserve.core.launch.plan import Role, RoleCommand, make_launch_plan
+from hybridserve.core.launch.launch_plan import Role, RoleCommand, make_launch_plan
 from hybridserve.core.launch.preflight import preflight
 from hybridserve.core.supervise.process import child_env
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch

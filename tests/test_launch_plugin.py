@@ -13,8 +13,7 @@ from importlib.metadata import entry_points
 import pytest
 
 from hybridserve.core.vllm_plugin import (
-    async_scheduling, cpu_affinity, cpu_conv_layout, import_hooks, nixl_progress, settings, torchvision_shim,
-    transfer_log,
+    async_scheduling, cpu_affinity, cpu_conv_layout, import_hooks, nixl_progress, switches, torchvision_shim, transfer_log,
 )
 from hybridserve.core.vllm_plugin.startup import __file__ as startup_init
 
@@ -26,12 +25,12 @@ def test_registered_as_vllm_general_plugin():
 
 @pytest.mark.parametrize("text,cores", [("0", (0,)), ("0-3", (0, 1, 2, 3)), ("4,0-1", (0, 1, 4))])
 def test_parse_cores(text, cores):
-    assert settings.parse_cores(text) == cores
+    assert switches.parse_cores(text) == cores
 
 
 def test_settings_are_off_unless_set():
-    assert settings.from_env({}) == settings.PluginSettings()
-    on = settings.from_env({"HYBRIDSERVE_NIXL_PROGRESS_DELAY_US": "500", "HYBRIDSERVE_CPU_CORES": "1",
+    assert switches.from_env({}) == switches.PluginSettings()
+    on = switches.from_env({"HYBRIDSERVE_NIXL_PROGRESS_DELAY_US": "500", "HYBRIDSERVE_CPU_CORES": "1",
                             "HYBRIDSERVE_KEEP_ASYNC_SCHEDULING": "1"})
     assert (on.nixl_progress_delay_us, on.cpu_cores, on.keep_async_scheduling) == (500, (1,), True)
 

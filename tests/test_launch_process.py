@@ -17,7 +17,7 @@ from _ports import free_port
 from _run_groups import kill_run_groups
 
 from hybridserve.core.common.errors import CouldNotRunError
-from hybridserve.core.launch.plan import Role, RoleCommand
+from hybridserve.core.launch.launch_plan import Role, RoleCommand
 from hybridserve.core.supervise.process import start_role, stop_group, stop_roles
 from hybridserve.core.supervise.health import wait_healthy
 
@@ -199,7 +199,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
 LAUNCHER = """
 import sys, time, types
 from pathlib import Path
-from hybridserve.core.launch.plan import Role, RoleCommand
+from hybridserve.core.launch.launch_plan import Role, RoleCommand
 from hybridserve.core.supervise.runner import started
 port = int(sys.argv[1])
 command = RoleCommand(name="server", role=Role.PROXY, argv=(sys.executable, "-c", sys.argv[2], str(port)), env=(),

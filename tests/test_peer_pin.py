@@ -207,7 +207,7 @@ def test_with_peer_release_on_top_the_pins_nixl_calls_hold_its_step_lock():
     """The plugin installs peer_pin first (core/vllm_plugin/__init__.py), so that the release's prober thread, which
     calls _cleanup_remote_engine under the step lock, never meets a pin's NIXL call on the step thread."""
     from hybridserve.core.vllm_plugin import peer_release
-    from hybridserve.core.vllm_plugin.settings import PluginSettings
+    from hybridserve.core.vllm_plugin.switches import PluginSettings
 
     names = [spec.name for spec, _ in plugin_installs(PluginSettings(is_pin_peer_regions=True,
                                                                      is_release_dead_peers=True))]

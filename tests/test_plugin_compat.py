@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.plan import Role, make_launch_plan
+from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_plugin
 from hybridserve.core.launch.topology import EngineInstance, local_topology
 from hybridserve.core.host.vllm_version import VllmVersion, installed_vllm

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.plan import Role, make_launch_plan
+from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import EngineInstance, ProxyInstance, local_topology
 from hybridserve.core.rayserve.engine_kwargs import engine_kwargs
 from hybridserve.core.rayserve.serve_config import (HOST_BOUND_ENV, INGRESS_RESOURCE, host_resources, ray_start_lines,

@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
-from hybridserve.core.launch.plan import Role, make_launch_plan
+from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import local_topology
 from hybridserve.core.rayserve.kuberay import FRONT_KEY_DIR, KubeRayOptions, manifest_text, rayservice
 from hybridserve.core.rayserve.serve_config import serve_config

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from _ports import free_base_port
 
 from hybridserve.cli.app import app
-from hybridserve.core.launch.plan import Role, make_launch_plan
+from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_extras, check_ports
 from hybridserve.core.launch.router_command import (
     HEALTH_CHECK_INTERVAL_S, ROUTER_IMPORT, ROUTER_REQUIREMENT, MissingRouterError,

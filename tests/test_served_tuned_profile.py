@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hybridserve.core.model.profiles import load_model
-from hybridserve.core.vllm_plugin import settings
+from hybridserve.core.vllm_plugin import switches
 from hybridserve.kernels.cases import model_heads
 
 from _gdn_profiles import two_bucket_profile
@@ -92,8 +92,8 @@ def test_the_two_configurations_differ_only_by_the_tuned_profile_ports_and_core(
     configs = bench.topologies(args)
     assert list(configs) == ["default", "tuned"]
     default, tuned = configs["default"].decode[0], configs["tuned"].decode[0]
-    assert settings.GDN_DISPATCH_PROFILE not in dict(default.env)
-    assert dict(tuned.env)[settings.GDN_DISPATCH_PROFILE] == str((tmp_path / "p.yaml").resolve())
+    assert switches.GDN_DISPATCH_PROFILE not in dict(default.env)
+    assert dict(tuned.env)[switches.GDN_DISPATCH_PROFILE] == str((tmp_path / "p.yaml").resolve())
     assert configs["tuned"].engine == configs["default"].engine and configs["default"].engine.max_model_len == 576
     # side by side: other ports, another core, nothing else
     assert {default.port, default.side_channel_port}.isdisjoint({tuned.port, tuned.side_channel_port})

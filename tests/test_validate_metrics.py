@@ -124,7 +124,7 @@ def test_the_table_says_not_measured_instead_of_0():
     from rich.console import Console
 
     from hybridserve.cli.validate_render import render
-    from hybridserve.core.validate.run import TargetRun, ValidationReport
+    from hybridserve.core.validate.validation import TargetRun, ValidationReport
 
     comparisons = tuple(compare(i, EX, comp(["a"]), comp(["x"]), 0.02) for i in range(2))
     verdict = judge(summarize(comparisons), Thresholds())

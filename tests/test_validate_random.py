@@ -168,7 +168,7 @@ def test_the_drift_limit_is_what_clean_runs_show(clean_drift, limit):
     """A mean drift above the largest drift two clean runs showed at any position is not noise; never below one
     bf16 step (DRIFT_FLOOR); above the configured 0.05 where clean runs drift more (the H200's 60-layer model: 0.109)."""
     from hybridserve.core.validate.noise import Noise
-    from hybridserve.core.validate.run import measured_limits
+    from hybridserve.core.validate.validation import measured_limits
     from hybridserve.core.validate.thresholds import Thresholds
 
     noise = Noise(reference="r", num_prompts=1, num_positions=8, max_margin_change=0.01, mean_margin_change=0.005,

@@ -137,7 +137,7 @@ def test_a_configuration_is_started_served_by_name_and_its_scheduler_proven(serv
     arguments it gets, prompts sent under the model folder's name, the scheduler read from the engine logs."""
     from contextlib import contextmanager
 
-    from hybridserve.core.validate import run as run_module
+    from hybridserve.core.validate import validation as run_module
     from hybridserve.core.deployments.target import Config
     from hybridserve.core.deployments.deployed import Deployment
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridserve.core.bench.settings import cache_config_labels
+from hybridserve.core.bench.likeness.engine_settings import cache_config_labels
 from hybridserve.core.layout.capacity import Capacity, blocks_held
 from hybridserve.core.layout.rank_layout import LayoutRequest, plan_layout
 from hybridserve.core.model.dtypes import DType

@@ -8,7 +8,7 @@ import pytest
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.host import model_form
-from hybridserve.core.launch.plan import Role, make_launch_plan
+from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import TINY_MODEL_DIR, Device, EngineOptions, local_topology
 from hybridserve.core.host.vllm_version import V0_26, V0_32, VllmVersion, features_for, installed_vllm
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR

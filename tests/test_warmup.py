@@ -21,7 +21,7 @@ from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.common.warm_state import WARM, WARM_FILE, WARMING, read_warm_state, write_warm_state
 from hybridserve.core.supervise.guard import Guard
 from hybridserve.core.supervise.health import health_answer
-from hybridserve.core.launch.plan import Role, RoleCommand
+from hybridserve.core.launch.launch_plan import Role, RoleCommand
 from hybridserve.core.supervise.process import stop_roles
 from hybridserve.core.supervise.restart import RestartLimits
 from hybridserve.core.supervise.role_watch import RoleWatch, read_events

@@ -17,7 +17,7 @@ from _ports import free_base_port
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.host.model_form import ensure_wrapped, has_weights, needs_wrapper, wrapped_dir
-from hybridserve.core.launch.plan import Role, make_launch_plan
+from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_weights
 from hybridserve.core.launch.topology import TINY_MODEL_DIR, EngineOptions, local_topology
 

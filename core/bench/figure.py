@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hybridserve.core.bench.run import BenchReport
+from hybridserve.core.bench.comparison import BenchReport
 from hybridserve.core.common.atomic_file import replaced_on_success
 from hybridserve.core.common.errors import MissingExtraError
 

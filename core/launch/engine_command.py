@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybridserve.core.common import keepalive
-from hybridserve.core.launch.async_scheduling import resolve as resolve_async
+from hybridserve.core.launch.async_default import resolve as resolve_async
 from hybridserve.core.launch.bind_env import listener_env
 from hybridserve.core.launch.engine_limits import EngineLimits, resolve_limits
 from hybridserve.core.launch.instance_cache import InstanceCache

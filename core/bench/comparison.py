@@ -20,14 +20,14 @@ from hybridserve.core.bench.client_stats import ClientSummary, summarize
 from hybridserve.core.bench.driver import run_phase
 from hybridserve.core.bench.engine_timing import PREFILL_TIME, EngineTiming, engine_timing
 from hybridserve.core.bench.goodput import Slo
-from hybridserve.core.bench.likeness import Likeness, TargetSettings
+from hybridserve.core.bench.likeness.alike import Likeness, TargetSettings
 from hybridserve.core.bench.phase import PhaseSpec, PhaseWork, check_phase, draw_work
 from hybridserve.core.bench.prediction import Prediction
 from hybridserve.core.bench.prompts import make_prompts
 from hybridserve.core.bench.scrape import (decode_urls_behind, first_token_behind, own_metrics, prefill_urls_behind,
                                           proxy_health, scrape, settled_scrape)
 from hybridserve.core.bench.served import ServedModel, served_model
-from hybridserve.core.bench.settings_check import SettingsBook, read_before_measuring
+from hybridserve.core.bench.likeness.before_measuring import SettingsBook, read_before_measuring
 from hybridserve.core.bench.server_metrics import XFER_TIME, NixlStats, delta, nixl_stats
 from hybridserve.core.bench.stream import RequestRecord
 from hybridserve.core.bench.vocab import Vocabulary, find_vocabulary

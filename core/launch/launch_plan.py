@@ -15,8 +15,8 @@ from hybridserve.core.common.choices import parse_choice
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.common.contracts import WARM_FILE
 from hybridserve.core.launch import keys
-from hybridserve.core.launch.async_scheduling import AsyncScheduling
-from hybridserve.core.launch.async_scheduling import resolve as resolve_async
+from hybridserve.core.launch.async_default import AsyncScheduling
+from hybridserve.core.launch.async_default import resolve as resolve_async
 from hybridserve.core.launch.context_fit import context_fit
 from hybridserve.core.launch.engine_command import engine_argv, engine_env, guard_flags
 from hybridserve.core.launch.engine_limits import EngineLimits, resolve_limits

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hybridserve.core.bench.settings import DEFAULT, EngineSettings, Memory, Reading, Setting
+from hybridserve.core.bench.likeness.engine_settings import DEFAULT, EngineSettings, Memory, Reading, Setting
 
 GIB = 2**30
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from hybridserve.core.bench.launched import engines_of_plan, find_launched, read_run
-from hybridserve.core.bench.likeness import Likeness, TargetSettings, compare
+from hybridserve.core.bench.likeness.alike import Likeness, TargetSettings, compare
 from hybridserve.core.bench.served import served_model
-from hybridserve.core.bench.target_settings import launched_settings, url_settings
+from hybridserve.core.bench.likeness.target import launched_settings, url_settings
 from hybridserve.core.common.errors import InputError
 
 

@@ -21,7 +21,7 @@ import yaml
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.bind_env import network_device
 from hybridserve.core.launch.keys import read_key, write_new_key
-from hybridserve.core.launch.plan import LaunchPlan
+from hybridserve.core.launch.launch_plan import LaunchPlan
 from hybridserve.core.host import model_form
 from hybridserve.core.launch.placement import served_topology
 from hybridserve.core.launch.preflight import check_plugin, check_weights
