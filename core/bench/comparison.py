@@ -34,6 +34,9 @@ from hybridserve.core.bench.vocab import Vocabulary, find_vocabulary
 from hybridserve.core.deployments.client import auth_headers
 from hybridserve.core.deployments.target import Target
 from hybridserve.core.deployments.deployed import deployed
+from hybridserve.core.deployments.target import default_model
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.topology import Device
 
 ProgressCallback = Callable[[str, int, int], None]  # (what runs now, done, total)
 
@@ -126,7 +129,6 @@ class _Prompts:
 
 def bench(request: BenchRequest, progress: ProgressCallback | None = None) -> BenchReport:
     """Every phase on every target in turn; the report holds each request's record."""
-    from hybridserve.core.deployments.target import default_model
 
     start = time.monotonic()
     for spec in request.phases:  # refused before anything starts; the context length is checked per target
@@ -160,7 +162,6 @@ def _run_target(target: BenchTarget, request: BenchRequest, model: Path | None, 
     the phases fit its context, run them; stop what was started."""
     import httpx
 
-    from hybridserve.core.deployments.target import default_model
 
     begun = time.monotonic()
     with deployed(target.target, model=model or default_model(), base_port=request.base_port,
@@ -235,8 +236,6 @@ def _run_phase(client: Any, url: str, served: ServedModel, scraped: tuple[tuple[
 def _predictor(model: Path | None, request: BenchRequest, *, is_first_token_from_prefill: bool):  # noqa: ANN202
     """None where the model's folder is not on this machine (a URL target serving a hub id)."""
     from hybridserve.core.bench.prediction import Predictor
-    from hybridserve.core.common.errors import InputError
-    from hybridserve.core.launch.topology import Device
 
     if model is None:
         return None

@@ -24,6 +24,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from hybridserve.core.launch.instance_cache import instance_cache
+from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
+from hybridserve.core.layout.descriptors import Scheme, transfer_cost
+from hybridserve.core.layout.served import runs_of_requests
+from hybridserve.core.model.profiles import load_model
 
 FIRST_REQUEST = "fresh server's first request"
 HISTORY = "this run's request history"
@@ -61,9 +66,6 @@ class Predictor:
     def __init__(self, model: Path, *, device: Any = None, engine: Any = None,
                  is_first_token_from_prefill: bool = False) -> None:
         self.shift = 1 if is_first_token_from_prefill else 0
-        from hybridserve.core.launch.instance_cache import instance_cache
-        from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
-        from hybridserve.core.model.profiles import load_model
 
         device = device or Device.CPU
         engine = engine or EngineOptions()
@@ -73,8 +75,6 @@ class Predictor:
         self.decode = instance_cache(spec, device, engine, topology.decode[0]).layout
 
     def _costs(self, prompt_lens: Sequence[int], runs: Sequence[int] | None = None) -> list:
-        from hybridserve.core.layout.descriptors import Scheme, transfer_cost
-
         return [transfer_cost(self.prefill, self.decode, n + self.shift, Scheme.VLLM,
                               served_runs=None if runs is None else r)
                 for n, r in zip(prompt_lens, runs or [None] * len(prompt_lens), strict=True)]
@@ -93,7 +93,6 @@ class Predictor:
     def predict_phases(self, works: Sequence[Any], *, is_started: bool) -> list[Prediction]:
         """One prediction per phase of a run, in order, on one deployment (PhaseWork: lengths, load, probes).
         `is_started`: bench started the deployment (fresh); False: a URL, assumed fresh when the run began."""
-        from hybridserve.core.layout.served import runs_of_requests
 
         served: list[tuple[int, int]] = []  # what the deployment served before, in send order
         first_concurrent = next((i for i, w in enumerate(works) if not _is_sequential(w)), len(works))

@@ -25,11 +25,12 @@ import yaml
 from hybridserve.core.chaos.load import KvSampler, Load
 from hybridserve.core.chaos.reference import prompt_pool, references
 from hybridserve.core.chaos.tally import Kill, KillRow, held_seconds, released_seconds, tally, verdicts
+from hybridserve.core.chaos.timeline_gaps import read_events as read_timeline
+from hybridserve.core.common.contracts import RELEASED_EVENT, RESTART_LOG, TIMELINE_FILE_ENV
+from hybridserve.core.deployments.target import default_model
 from hybridserve.core.supervise.guard import wait_groups_gone
 from hybridserve.core.supervise.health import health_status
 from hybridserve.core.supervise.role_watch import read_events
-from hybridserve.core.chaos.timeline_gaps import read_events as read_timeline
-from hybridserve.core.common.contracts import RELEASED_EVENT, RESTART_LOG, TIMELINE_FILE_ENV
 from hybridserve.core.validate.thresholds import Thresholds
 
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]
@@ -349,8 +350,6 @@ def _successes(url: str) -> int:
 
 
 def _model(spec: ChaosSpec) -> Path:
-    from hybridserve.core.deployments.target import default_model
-
     return (spec.model or default_model()).resolve()
 
 

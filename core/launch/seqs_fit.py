@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.layout.capacity import MemoryBudget, blocks_held, plan_capacity
 from hybridserve.core.layout.rank_layout import RankLayout
+from hybridserve.core.model.profiles import load_model
 
 GIB = 2**30
 STATE_HEADROOM = 0.9  # of plan's weights-only block estimate from a share (the profile's take is not known here)
@@ -112,7 +113,6 @@ def fixed_kv_blocks(model: str, kv_cache_bytes: str) -> int:
     launch writes for it, for the benchmarks that give every engine of a comparison the same one."""
     from hybridserve.core.launch.instance_cache import instance_cache
     from hybridserve.core.launch.topology import Device, EngineInstance, EngineOptions
-    from hybridserve.core.model.profiles import load_model
 
     layout = instance_cache(load_model(model), Device.CUDA, EngineOptions(),
                             EngineInstance(port=1, side_channel_port=2)).layout

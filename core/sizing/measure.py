@@ -21,10 +21,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import median
 
+from hybridserve.core.bench.comparison import BenchRequest, BenchTarget, bench
 from hybridserve.core.bench.lengths import LengthDist
 from hybridserve.core.bench.load import Load
 from hybridserve.core.bench.phase import PhaseSpec
 from hybridserve.core.common.errors import CouldNotRunError, InputError
+from hybridserve.core.deployments.target import parse_target
+from hybridserve.core.launch.instance_cache import instance_cache
+from hybridserve.core.launch.topology import Device, EngineInstance, EngineOptions
+from hybridserve.core.layout.capacity import Capacity
+from hybridserve.core.layout.descriptors import Scheme, transfer_cost
+from hybridserve.core.model.profiles import load_model
 from hybridserve.core.sizing.step_fit import fit_steps, fit_transfer, itl_observation, ttft_observation
 from hybridserve.core.sizing.step_profile import EngineLimits, StepProfile, TransferCost
 
@@ -62,9 +69,6 @@ def _phase(lens: int, out: int, num: int, concurrency: int) -> PhaseSpec:
 
 
 def _bench(url: str, phases: list[PhaseSpec], request: MeasureRequest) -> list:
-    from hybridserve.core.bench.comparison import BenchRequest, BenchTarget, bench
-    from hybridserve.core.deployments.target import parse_target
-
     report = bench(BenchRequest(targets=(BenchTarget(role="deployment", target=parse_target(url, what="url")),),
                                 phases=tuple(phases), model=request.model, request_timeout_s=request.timeout_s,
                                 device=request.device))
@@ -142,7 +146,6 @@ def _calibrated(request: MeasureRequest, profile: StepProfile) -> StepProfile:
     """The profile with each --calibrate proxy's load factor (calibrate.py)."""
     import httpx
 
-    from hybridserve.core.model.profiles import load_model
     from hybridserve.core.sizing.calibrate import load_factor
     from hybridserve.core.sizing.candidates import Candidate, EngineBuilder
 
@@ -175,16 +178,10 @@ def _calibrated(request: MeasureRequest, profile: StepProfile) -> StepProfile:
 
 
 def _blocks(request: MeasureRequest, tokens: int) -> int:
-    from hybridserve.core.layout.capacity import Capacity
-
     return Capacity(weights_bytes=0, kv_cache_bytes=0, num_blocks=0).blocks_per_request(_layout(request), tokens)
 
 
 def _layout(request: MeasureRequest):  # noqa: ANN202 (RankLayout)
-    from hybridserve.core.launch.instance_cache import instance_cache
-    from hybridserve.core.launch.topology import Device, EngineInstance, EngineOptions
-    from hybridserve.core.model.profiles import load_model
-
     instance = EngineInstance(port=1, side_channel_port=2, tp=request.tp)
     return instance_cache(load_model(str(request.model)), Device.parse(request.device), EngineOptions(),
                           instance).layout
@@ -194,7 +191,6 @@ def _decode_grid(request: MeasureRequest, num_blocks: int) -> tuple[list[tuple[i
     """(batch, prompt) pairs whose b requests fit the engine's blocks at their last token (the layout's blocks per
     request, a GDN state block per group included), and the ones that would not: vLLM would queue or preempt them,
     and their ITL would not be one decode step of b."""
-    from hybridserve.core.layout.capacity import Capacity
 
     layout, fits, too_big = _layout(request), [], []
     empty = Capacity(weights_bytes=0, kv_cache_bytes=0, num_blocks=0)
@@ -210,7 +206,6 @@ def _decode_grid(request: MeasureRequest, num_blocks: int) -> tuple[list[tuple[i
 
 def _measure_transfer(request: MeasureRequest, coefficients) -> tuple[TransferCost, list[dict]]:  # noqa: ANN001
     """READ seconds per length = P/D's first gap - the proxy's hop - one decode step at that context."""
-    from hybridserve.core.layout.descriptors import Scheme, transfer_cost
 
     phases = [_phase(32, 2, 2, 1)] + [_phase(n, 2, request.repeats, 1) for n in request.transfer_lens]
     results = _bench(request.pd_url, phases, request)[1:]

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.deployments.target import default_model
 from hybridserve.core.validate.dataset import AnswerKind, Dataset, Example
 
 RANDOM = "random"
@@ -62,7 +63,6 @@ def load_random(prompt_lens: Sequence[int], *, num_prompts: int | None, seed: in
                          "bounds the token ids")
     if num_prompts is not None and num_prompts < 1:
         raise InputError(f"--num-prompts {num_prompts}: must be at least 1")
-    from hybridserve.core.deployments.target import default_model
 
     return random_dataset(prompt_lens, num_per_length=num_prompts or DEFAULT_PROMPTS_PER_LENGTH, seed=seed,
                           num_vocab=vocab_size(model or default_model()))

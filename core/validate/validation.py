@@ -10,9 +10,10 @@ from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError, InputError
 from hybridserve.core.deployments.client import Completion, RequestSettings, complete_all
-from hybridserve.core.validate.dataset import Dataset
-from hybridserve.core.deployments.target import Target
 from hybridserve.core.deployments.deployed import check_scheduling, deployed
+from hybridserve.core.deployments.target import default_model
+from hybridserve.core.deployments.target import Target
+from hybridserve.core.validate.dataset import Dataset
 from hybridserve.core.validate.metrics import PromptComparison, compare, summarize
 from hybridserve.core.validate.noise import Noise, measure
 from hybridserve.core.validate.thresholds import DRIFT_FLOOR, Thresholds
@@ -121,7 +122,6 @@ def measured_limits(thresholds: Thresholds, noise: Noise) -> Thresholds:
 
 def validate(request: ValidateRequest, progress: ProgressCallback | None = None) -> ValidationReport:
     """Run the dataset on the baseline, then on the candidate (one deployment at a time), and judge."""
-    from hybridserve.core.deployments.target import default_model
 
     start = time.monotonic()
     model = (request.model or default_model()).resolve()

@@ -13,9 +13,12 @@ from typing import Any
 
 from hybridserve.core.bench.launched import engines_of_plan, find_launched, read_run
 from hybridserve.core.bench.likeness.alike import Likeness, TargetSettings, compare
-from hybridserve.core.bench.served import served_model
 from hybridserve.core.bench.likeness.target import launched_settings, url_settings
+from hybridserve.core.bench.served import served_model
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.deployments.client import auth_headers
+from hybridserve.core.deployments.deployed import config_plan, config_topology
+from hybridserve.core.deployments.target import default_model
 
 
 class UnlikeTargetsError(InputError):
@@ -66,9 +69,6 @@ def read_before_measuring(request: Any, model: Path | None) -> SettingsBook:
     BenchRequest (run.py)."""
     import httpx
 
-    from hybridserve.core.deployments.client import auth_headers
-    from hybridserve.core.deployments.deployed import config_plan, config_topology
-    from hybridserve.core.deployments.target import default_model
 
     book = SettingsBook(allow_unlike=request.allow_unlike, gpus=request.gpus)
     with httpx.Client(timeout=30) as client:

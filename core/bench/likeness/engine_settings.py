@@ -20,6 +20,7 @@ import dataclasses
 import enum
 import re
 from dataclasses import dataclass, field
+from hybridserve.core.launch.seqs_fit import kv_cache_flag  # launch's own reading of the flag (the last, = form)
 
 DEFAULT = "vLLM's default"  # launch wrote no flag: vLLM decides (equal to another DEFAULT, unknown beside a value)
 
@@ -145,7 +146,6 @@ def from_launch(argv: list[str] | tuple[str, ...], env: dict[str, str]) -> dict[
         if name in argv:
             values[Setting.ASYNC] = state
     out = {s: Reading(value=v, source="launch flags") for s, v in values.items()}
-    from hybridserve.core.launch.seqs_fit import kv_cache_flag  # launch's own reading of the flag (the last, = form)
 
     memory = _launched_memory(flag("--gpu-memory-utilization"), kv_cache_flag(tuple(argv)), env)
     if memory is not None:
