@@ -100,7 +100,7 @@ def check_plugin(plan: LaunchPlan, environ: Mapping[str, str] | None = None, ver
     """Every plugin patch an engine will install can run on the installed vLLM (its line, the names it touches,
     read from vLLM's source: core/vllm_plugin/compat.py). The plugin checks again in the server; here the refusal
     comes before anything starts."""
-    from hybridserve.core.vllm_plugin import armed_specs
+    from hybridserve.core.vllm_plugin import armed_specs  # lazy: the plugin package loads its 15 patch modules
 
     version = version or installed_vllm()
     if version is None:

@@ -55,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:
 def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
+    # lazy: `--help` and a refused argument answer without FastAPI, uvicorn and httpx
     from hybridserve.core.common import keepalive
     from hybridserve.core.proxy.app import create_app
     from hybridserve.core.proxy.server import ProxyServer

@@ -83,6 +83,6 @@ class KeyFileGuard(BearerGuard):
     def __init__(self, app, *, key_file: str) -> None:  # noqa: ANN001
         from pathlib import Path
 
-        from hybridserve.core.launch.keys import read_key
+        from hybridserve.core.launch.keys import read_key  # lazy: vLLM's API server imports this module
 
         super().__init__(app, key=read_key(Path(key_file), what="api_key_file"))

@@ -87,6 +87,7 @@ def armed_specs(env: Mapping[str, str]) -> tuple[manifest.PatchSpec, ...]:
 
 def _refuse_mismatches(specs: list[manifest.PatchSpec], line: str | None) -> None:
     """Once per server (the first vLLM process): one line and exit 2 when a patch cannot run on this vLLM."""
+    # lazy here and below: every vLLM process loads the plugin; only the first one checks
     from hybridserve.core.host.vllm_version import installed_vllm
     from hybridserve.core.vllm_plugin import compat
 

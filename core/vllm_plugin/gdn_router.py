@@ -37,7 +37,7 @@ class Route:
 
 class GdnRouter:
     def __init__(self, profile_path: str, *, is_log_calls: bool = False) -> None:
-        from hybridserve.kernels.dispatch import Dispatch
+        from hybridserve.kernels.dispatch import Dispatch  # lazy: kernels only where a tuned profile routes
 
         self.dispatch = Dispatch.from_file(profile_path)
         self.is_log_calls = is_log_calls
