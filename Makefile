@@ -57,8 +57,11 @@ demo: $(STAMP)
 SLOW_FILES := test_validate_pd test_chaos test_bench_served test_launch_pd test_gdn_dispatch_server test_transfer_nixl test_transfer_failures \
   test_multihost_netns test_validate_random_pd test_ray_netns test_lease_probes
 
+# First the house's import rules (pyproject.toml [tool.importlinter], docs/layout.md): a second, and a broken rule
+# fails the run before any test starts.
 test: $(STAMP)
 	@mkdir -p runs
+	$(VENV)/bin/lint-imports
 	OMP_NUM_THREADS=1 nice -n 10 sh -c '$(VENV)/bin/pytest -q -m "not slow" -n $(JOBS) --dist load \
 	  $(foreach f,$(SLOW_FILES),--ignore=tests/$(f).py) tests; fast=$$?; \
 	  $(VENV)/bin/pytest -q -m "slow and nixl_agents" tests && exit $$fast' > runs/test-side.log 2>&1 & \

@@ -1,1 +1,2 @@
-"""From a topology and a role to checked command lines, and the processes that run them."""
+"""From a topology and a role to checked command lines and environment: the launch plan (pure; the machine's
+facts come from core/host, the processes are core/supervise's)."""

@@ -1,4 +1,5 @@
-"""Validation of a candidate deployment against a baseline: datasets, client, metrics, verdict, JUnit."""
+"""Validation of a candidate deployment against a baseline: datasets, metrics, verdict, thresholds, JUnit (the
+deployments themselves: core/deployments)."""
 
 from hybridserve.core.validate.dataset import Dataset, Example, load_dataset
 from hybridserve.core.deployments.target import Config, Target, parse_target
