@@ -15,7 +15,7 @@ PNG plot is made from the YAML afterwards when matplotlib is missing there.
 route-cost: for each batch shape (one GDN layer of the 397B at --tp: q/k [1, T, Hk, 128], v [1, T, Hv, 128], the
 state [N, Hv, V, K] float32, as vLLM's `ChunkGatedDeltaRule` receives them) it times vLLM's
 `fi_chunk_gated_delta_rule` (what `--gdn-prefill-backend flashinfer` runs) and the plugin's routed call
-(gdn_dispatch._routed: nearest bucket, then the winner through the kernels adapter), with vLLM's l2norm kernel and
+(gdn_dispatch.routed: nearest bucket, then the winner through the kernels adapter), with vLLM's l2norm kernel and
 with the torch one. Host ms: the call returns (no sync); wall ms: the call plus torch.cuda.synchronize(). Medians
 of --reps calls after warm-up. Needs vLLM 0.26 (CUDA).
 """
@@ -201,7 +201,7 @@ def route_cost(args: argparse.Namespace) -> None:
 
     from vllm.model_executor.layers.mamba.gdn import qwen_gdn_linear_attn as qwen
 
-    from hybridserve.core.vllm_plugin.gdn_dispatch import _LazyRouter, _routed
+    from hybridserve.core.vllm_plugin.gdn_dispatch import LazyRouter, routed
 
     hk, hv = 16 // args.tp, 64 // args.tp
 
@@ -214,10 +214,10 @@ def route_cost(args: argparse.Namespace) -> None:
             core_attn_out.reshape(-1)[: o.numel()].copy_(o.reshape(-1))
         return o, final
 
-    router = _LazyRouter(str(args.profile), False)
+    router = LazyRouter(str(args.profile), False)
     calls = {"vllm_flashinfer": native,
-             "routed_vllm_l2norm": _routed(native, "flashinfer", router, qwen.l2norm_fwd),
-             "routed_torch_l2norm": _routed(native, "flashinfer", router, None)}
+             "routed_vllm_l2norm": routed(native, "flashinfer", router, qwen.l2norm_fwd),
+             "routed_torch_l2norm": routed(native, "flashinfer", router, None)}
     rows = []
     for text in args.shapes:
         n, length = (int(x) for x in text.split("x"))

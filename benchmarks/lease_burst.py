@@ -35,7 +35,7 @@ from hybridserve.core.chaos import stall
 from hybridserve.core.chaos.burst import count_refused, send_burst, tally_burst
 from hybridserve.core.chaos.load import Load
 from hybridserve.core.chaos.reference import references, widen_by_other_engine
-from hybridserve.core.chaos.session import _kill_groups, _stop_launcher, start_launch
+from hybridserve.core.chaos.session import kill_groups, stop_launcher, start_launch
 from hybridserve.core.common.atomic_file import write_text
 from hybridserve.core.chaos.timeline_gaps import breakdown
 from hybridserve.core.deployments.target import default_model
@@ -104,9 +104,9 @@ def run(args: argparse.Namespace) -> dict:
                                 "decode_noise": asdict(decode_noise)},
                     "timeline": breakdown(timeline)}  # where each request's time went
         finally:
-            _stop_launcher(launcher)  # an attached deployment is served_h200.py's to stop
+            stop_launcher(launcher)  # an attached deployment is served_h200.py's to stop
             for folder in (tmp_path / "runs").glob("*/"):
-                _kill_groups(folder)
+                kill_groups(folder)
 
 
 def stall_probes(args: argparse.Namespace, endpoints: dict, run_dir: Path, load: Load, ref, thresholds) -> dict:

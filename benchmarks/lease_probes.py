@@ -28,7 +28,7 @@ from rich.table import Table
 
 from hybridserve.core.chaos import stall
 from hybridserve.core.chaos.burst import EXPIRED_LOG, LATE_READ_LOG, count_refused
-from hybridserve.core.chaos.session import _kill_groups, _stop_launcher, start_launch
+from hybridserve.core.chaos.session import kill_groups, stop_launcher, start_launch
 from hybridserve.core.validate import load_dataset
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 
@@ -76,9 +76,9 @@ def run_one(args: argparse.Namespace, guard: str) -> dict:
                     "refused": count_refused(run_dir), "expired": prefill_log.count(EXPIRED_LOG),
                     "late_reads": prefill_log.count(LATE_READ_LOG)}
         finally:
-            _stop_launcher(launcher)
+            stop_launcher(launcher)
             for folder in (tmp_path / "runs").glob("*/"):
-                _kill_groups(folder)
+                kill_groups(folder)
 
 
 def render(console: Console, one: dict) -> None:

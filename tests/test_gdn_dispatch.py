@@ -14,7 +14,7 @@ from hybridserve.core.launch.request import LaunchRequest, prepare_launch
 from hybridserve.core.launch.topology import Device
 from hybridserve.core.launch.tuned import check_tuned_profile, read_header
 from hybridserve.core.vllm_plugin import switches
-from hybridserve.core.vllm_plugin.gdn_dispatch import _LazyRouter, _RoutingOps
+from hybridserve.core.vllm_plugin.gdn_dispatch import LazyRouter, _RoutingOps
 from hybridserve.kernels.metrics import assert_close
 
 from _gdn_profiles import TORCH64, entry, two_bucket_profile, write_entries
@@ -45,7 +45,7 @@ def vllm_ops():
 
 @pytest.mark.parametrize("num_tokens, winner", [(20, "torch[chunk_size=64]"), (400, "vllm-cpu[default]")])
 def test_cpu_seam_routes_by_bucket_and_matches_vllms_kernel(tmp_path, caplog, vllm_ops, num_tokens, winner):
-    routed = _RoutingOps(vllm_ops, _LazyRouter(str(two_bucket_profile(tmp_path / "p.yaml")), True))
+    routed = _RoutingOps(vllm_ops, LazyRouter(str(two_bucket_profile(tmp_path / "p.yaml")), True))
     x = _inputs(num_tokens)
     pool_native, pool_routed = x[5].clone(), x[5].clone()
     with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
@@ -124,7 +124,7 @@ def test_cuda_seam_converts_vllms_v_first_state_and_falls_back_to_vllms_own_call
     """vLLM's ChunkGatedDeltaRule call (q/k/v [1, T, H, D], state [N, Hv, V, K]) routed to the torch winner gives
     what the float64 judge gives in vLLM's layout; vLLM's own setting (FlashInfer auto under
     --gdn-prefill-backend flashinfer) and a winner that cannot run here (FlashQLA) call vLLM's method untouched."""
-    from hybridserve.core.vllm_plugin.gdn_dispatch import _routed
+    from hybridserve.core.vllm_plugin.gdn_dispatch import routed
     from hybridserve.kernels import naive
     from hybridserve.kernels.inputs import GdnShape, make_inputs
     from hybridserve.kernels.tuned_profile import Choice
@@ -138,7 +138,7 @@ def test_cuda_seam_converts_vllms_v_first_state_and_falls_back_to_vllms_own_call
         native_calls.append(args[0].shape[1])
         return "vLLM's own"
 
-    forward = _routed(native, "flashinfer", _LazyRouter(str(path), False))
+    forward = routed(native, "flashinfer", LazyRouter(str(path), False))
 
     def call(seqlens, seed, **kwargs):
         x = make_inputs(GdnShape(seqlens=seqlens, num_key_heads=2, num_value_heads=2, key_head_dim=64,
@@ -165,14 +165,14 @@ def test_cuda_seam_converts_vllms_v_first_state_and_falls_back_to_vllms_own_call
 def test_cuda_seam_falls_back_along_the_ranked_list_to_the_next_setting_that_runs(tmp_path, caplog) -> None:
     """A bucket won by FlashQLA, in a server without it, runs the bucket's next-fastest setting (here torch), not
     vLLM's own call, and says so once."""
-    from hybridserve.core.vllm_plugin.gdn_dispatch import _routed
+    from hybridserve.core.vllm_plugin.gdn_dispatch import routed
     from hybridserve.kernels import naive
     from hybridserve.kernels.inputs import GdnShape, make_inputs
     from hybridserve.kernels.tuned_profile import Choice
 
     path = write_entries(tmp_path / "p.yaml", (entry(16, (Choice(backend="flashqla"), TORCH64)),))
     native_calls = []
-    forward = _routed(lambda *a, **k: native_calls.append(a), "flashinfer", _LazyRouter(str(path), False))
+    forward = routed(lambda *a, **k: native_calls.append(a), "flashinfer", LazyRouter(str(path), False))
     x = make_inputs(GdnShape(seqlens=(16,), num_key_heads=2, num_value_heads=2, key_head_dim=64, value_head_dim=64),
                     seed=7)
     with caplog.at_level(logging.INFO, logger="vllm.hybridserve"):
@@ -206,27 +206,27 @@ def test_cuda_seam_keeps_vllms_call_for_batches_where_the_winner_is_its_kernel(t
                                                                                 caplog) -> None:
     """A bucket won by FlashInfer use_cp=True: a batch where FlashInfer's own 'auto' picks CP too (few sequences)
     runs vLLM's call untouched; a batch where 'auto' would not (many sequences) is routed to use_cp=True."""
-    from hybridserve.core.vllm_plugin.gdn_dispatch import _routed
+    from hybridserve.core.vllm_plugin.gdn_dispatch import routed
     from hybridserve.kernels import backend_flashinfer
     from hybridserve.kernels.backend import OK
     from hybridserve.kernels.tuned_profile import Choice
 
     monkeypatch.setattr(backend_flashinfer, "_cp_heuristic", lambda num_seqs, heads, device: num_seqs * heads < 66)
     monkeypatch.setattr(backend_flashinfer.FlashInferBackend, "supports", lambda self, *a: OK)
-    routed = []
+    sent = []
 
     def fake_prefill(self, q, k, v, g, beta, cu_seqlens, scale=None, initial_state=None, output_final_state=True,
                      max_seqlen=None, **knobs):
-        routed.append((cu_seqlens.numel() - 1, knobs))
+        sent.append((cu_seqlens.numel() - 1, knobs))
         return torch.zeros_like(v), initial_state
 
     monkeypatch.setattr(backend_flashinfer.FlashInferBackend, "prefill", fake_prefill)
     cp = Choice(backend="flashinfer", knobs=(("use_cp", True),))
     path = write_entries(tmp_path / "p.yaml", (entry(64, (cp,)),))
     native_calls = []
-    router = _LazyRouter(str(path), False)
+    router = LazyRouter(str(path), False)
     native = lambda *a, **kw: native_calls.append(kw["cu_seqlens"].numel() - 1) or "vLLM's own"  # noqa: E731
-    layers = [_routed(native, "flashinfer", router) for _ in range(3)]  # each GDN layer wraps its own method
+    layers = [routed(native, "flashinfer", router) for _ in range(3)]  # each GDN layer wraps its own method
 
     def call(num_seqs: int, seq_len: int = 64, layer: int = 0):
         t = num_seqs * seq_len
@@ -240,6 +240,6 @@ def test_cuda_seam_keeps_vllms_call_for_batches_where_the_winner_is_its_kernel(t
         assert call(1) == "vLLM's own" and call(32) == "vLLM's own"  # 1 x 2 and 32 x 2 heads < 66: auto is CP
         call(40)  # 40 x 2 = 80 heads: auto would not use CP; the winner does
         assert call(1, layer=1) == "vLLM's own" and call(1, layer=2) == "vLLM's own"
-    assert native_calls == [1, 32, 1, 1] and routed == [(40, {"use_cp": True})]
+    assert native_calls == [1, 32, 1, 1] and sent == [(40, {"use_cp": True})]
     # decided and logged once per batch size, not once per layer
     assert caplog.text.count("flashinfer[use_cp=True] is vLLM's own kernel for 1 seq(s) x 2 heads") == 1

@@ -134,9 +134,9 @@ def run_chaos(spec: ChaosSpec, *, on_phase: Callable[[str], None] | None = None)
                 error = f"{type(exc).__name__}: {exc}"
             return _finish(launcher, run_dir, tmp_path, load, sampler, so_far, error)
         finally:
-            _stop_launcher(launcher)
+            stop_launcher(launcher)
             for run_dir in (tmp_path / "runs").glob("*/"):  # launch's own, even where it never reported it
-                _kill_groups(run_dir)
+                kill_groups(run_dir)
                 if spec.keep_logs is not None:
                     _keep_logs(tmp_path, run_dir, spec.keep_logs)
 
@@ -164,7 +164,7 @@ def start_launch(tmp: Path, *, timeout_s: float,
         if launcher.poll() is not None:
             raise RuntimeError(f"launch exited {launcher.returncode}: {(tmp / 'launch.err').read_text()[-2000:]}")
         time.sleep(1)
-    _stop_launcher(launcher)
+    stop_launcher(launcher)
     raise RuntimeError("launch did not report its endpoints in time")
 
 
@@ -178,7 +178,7 @@ def report_wait_s(topology: Path, timeout_s: float) -> float:
     return timeout_s * max(1, engines) + 60
 
 
-def _stop_launcher(launcher: subprocess.Popen | None) -> None:
+def stop_launcher(launcher: subprocess.Popen | None) -> None:
     if launcher is not None and launcher.poll() is None:
         with _suppress():
             os.killpg(launcher.pid, signal.SIGKILL)
@@ -361,7 +361,7 @@ def _run_groups(run_dir: Path) -> list[int]:
     return [int(p.read_text()) for p in run_dir.glob("*.pid") if p.read_text().strip().isdigit()]
 
 
-def _kill_groups(run_dir: Path) -> None:
+def kill_groups(run_dir: Path) -> None:
     for pgid in _run_groups(run_dir):
         with _suppress():
             os.killpg(pgid, signal.SIGKILL)

@@ -31,7 +31,7 @@ QWEN_GDN_MODULE = "vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn"
 CUDA_L2_EPS = 1e-6  # vLLM's l2norm_fwd (fla) eps; the CPU kernel's eps arrives as an argument (default 1e-5)
 
 
-class _LazyRouter:
+class LazyRouter:
     """Loads the profile on the first prefill call, in the process that runs the model."""
 
     def __init__(self, path: str, is_log_calls: bool) -> None:
@@ -54,7 +54,7 @@ class _LazyRouter:
 class _RoutingOps:
     """Stands in for `vllm._custom_ops` inside the CPU GDN module: only the chunked prefill op routes."""
 
-    def __init__(self, inner: Any, router: _LazyRouter) -> None:
+    def __init__(self, inner: Any, router: LazyRouter) -> None:
         self._inner, self._router = inner, router
 
     def __getattr__(self, name: str) -> Any:
@@ -83,13 +83,13 @@ class _RoutingOps:
         return o.unsqueeze(0).to(value.dtype), initial_state
 
 
-def patch_cpu_module(module: ModuleType, router: _LazyRouter) -> None:
+def patch_cpu_module(module: ModuleType, router: LazyRouter) -> None:
     if isinstance(getattr(module, "ops", None), _RoutingOps):
         return
     module.ops = _RoutingOps(module.ops, router)
 
 
-def _routed(native: Any, active: str, router: _LazyRouter, l2norm: Any = None) -> Any:
+def routed(native: Any, active: str, router: LazyRouter, l2norm: Any = None) -> Any:
     """`l2norm`: the module's own L2-norm kernel (vLLM's `l2norm_fwd`, one Triton launch, what its FlashInfer call
     uses); None: ours in torch (several launches per call)."""
     def l2(x: Any) -> Any:
@@ -141,7 +141,7 @@ def _routed(native: Any, active: str, router: _LazyRouter, l2norm: Any = None) -
     return forward
 
 
-def patch_qwen_module(module: ModuleType, router: _LazyRouter) -> None:
+def patch_qwen_module(module: ModuleType, router: LazyRouter) -> None:
     cls = module.ChunkGatedDeltaRule
     original = cls.__init__
     if getattr(original, "_hybridserve", False):
@@ -149,7 +149,7 @@ def patch_qwen_module(module: ModuleType, router: _LazyRouter) -> None:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807
         original(self, *args, **kwargs)
-        self._forward_method = _routed(self._forward_method, str(self.gdn_prefill_backend), router,
+        self._forward_method = routed(self._forward_method, str(self.gdn_prefill_backend), router,
                                        getattr(module, "l2norm_fwd", None))
 
     __init__._hybridserve = True  # type: ignore[attr-defined]
@@ -157,6 +157,6 @@ def patch_qwen_module(module: ModuleType, router: _LazyRouter) -> None:
 
 
 def install(profile_path: str, *, is_log_calls: bool = False) -> None:
-    router = _LazyRouter(profile_path, is_log_calls)
+    router = LazyRouter(profile_path, is_log_calls)
     after_import(CPU_GDN_MODULE, lambda module: patch_cpu_module(module, router))
     after_import(QWEN_GDN_MODULE, lambda module: patch_qwen_module(module, router))
