@@ -35,9 +35,9 @@ from hybridserve.core.chaos import stall
 from hybridserve.core.chaos.burst import count_refused, send_burst, tally_burst
 from hybridserve.core.chaos.load import Load
 from hybridserve.core.chaos.reference import references, widen_by_other_engine
-from hybridserve.core.chaos.session import kill_groups, stop_launcher, start_launch
-from hybridserve.core.common.atomic_file import write_text
+from hybridserve.core.chaos.session import kill_groups, start_launch, stop_launcher
 from hybridserve.core.chaos.timeline_gaps import breakdown
+from hybridserve.core.common.atomic_file import write_text
 from hybridserve.core.deployments.target import default_model
 from hybridserve.core.validate.random_prompts import vocab_size
 from hybridserve.core.validate.thresholds import Thresholds

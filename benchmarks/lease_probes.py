@@ -28,9 +28,9 @@ from rich.table import Table
 
 from hybridserve.core.chaos import stall
 from hybridserve.core.chaos.burst import EXPIRED_LOG, LATE_READ_LOG, count_refused
-from hybridserve.core.chaos.session import kill_groups, stop_launcher, start_launch
-from hybridserve.core.validate import load_dataset
+from hybridserve.core.chaos.session import kill_groups, start_launch, stop_launcher
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR
+from hybridserve.core.validate import load_dataset
 
 
 def topology(args: argparse.Namespace, guard: str) -> dict:

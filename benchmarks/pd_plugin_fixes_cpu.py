@@ -26,10 +26,10 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from hybridserve.core.launch.launch_plan import Role, RoleCommand, make_launch_plan
 from hybridserve.core.launch.engine_command import engine_env
-from hybridserve.core.supervise.runner import started
+from hybridserve.core.launch.launch_plan import Role, RoleCommand, make_launch_plan
 from hybridserve.core.launch.topology import EngineOptions, local_topology
+from hybridserve.core.supervise.runner import started
 
 PROMPT = [(7 * i + 3) % 1000 + 3 for i in range(900)]  # 900 token ids, no tokenizer needed
 MAX_TOKENS = 64

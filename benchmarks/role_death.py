@@ -29,12 +29,12 @@ import httpx
 from rich.console import Console
 from rich.table import Table
 
-from hybridserve.core.supervise.health import wait_healthy
-from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.launch_plan import Role
+from hybridserve.core.launch.machine import machine_plan
+from hybridserve.core.launch.topology import ProxyKind, local_topology
+from hybridserve.core.supervise.health import wait_healthy
 from hybridserve.core.supervise.process import kill_role, start_role
 from hybridserve.core.supervise.runner import started
-from hybridserve.core.launch.topology import ProxyKind, local_topology
 
 PROMPT = "hello world " * 40
 MODEL = "tiny-qwen3.5"

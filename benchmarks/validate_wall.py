@@ -19,8 +19,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate
 from hybridserve.core.deployments.client import RequestSettings
+from hybridserve.core.validate import ValidateRequest, load_dataset, parse_target, validate
 from hybridserve.core.validate.thresholds import Thresholds
 
 

@@ -10,7 +10,10 @@ from typing import Annotated, Optional
 import typer
 
 from hybridserve.cli.console import out_console, print_json
-from hybridserve.cli.options import JsonOpt, StartedDeviceOpt, StartedEagerOpt, StartedGdnBackendOpt
+from hybridserve.cli.options import (
+    JsonOpt, StartedBasePortOpt, StartedDeviceOpt, StartedEagerOpt, StartedGdnBackendOpt, StartedRunDirOpt,
+    started_timeout_opt,
+)
 
 _TARGET = "URL of an OpenAI-compatible server, or a configuration bench starts: single-sync, single-async, pd-async, pd-sync"
 
@@ -65,11 +68,9 @@ def command(
     slo_ttft: Annotated[Optional[float], typer.Option(help="Goodput's TTFT objective, ms.")] = None,
     slo_itl: Annotated[Optional[float], typer.Option(help="Goodput's ITL objective, ms: a request's mean ITL (vLLM "
                                                      "bench serve's TPOT).")] = None,
-    base_port: Annotated[int, typer.Option(help="Ports of started configurations (proxy; P +100, D +200).")] = 8000,
-    run_dir: Annotated[Path, typer.Option(help="Folder for the started servers' logs.")] = Path("runs"),
-    timeout: Annotated[Optional[float], typer.Option(help="Seconds per request (default 600), and to wait for "
-                                                     "started servers (default: launch's, CPU 300, CUDA 900).",
-                                                     show_default=False)] = None,
+    base_port: StartedBasePortOpt = 8000,
+    run_dir: StartedRunDirOpt = Path("runs"),
+    timeout: started_timeout_opt(600) = None,  # type: ignore[valid-type]
     png: Annotated[Optional[Path], typer.Option(help="Write TTFT and ITL percentiles per target to this PNG.")] = None,
     out: Annotated[Optional[Path], typer.Option(help="Also write the --json result to this file.")] = None,
     as_json: JsonOpt = False,

@@ -12,8 +12,8 @@ from rich.table import Table
 
 from hybridserve.cli.bench_settings_render import render_settings, settings_dict
 from hybridserve.core.bench.client_stats import ClientSummary
-from hybridserve.core.bench.prediction import FIRST_REQUEST, FRESH_ASSUMPTION, Prediction
 from hybridserve.core.bench.comparison import BenchReport, PhaseResult
+from hybridserve.core.bench.prediction import FIRST_REQUEST, FRESH_ASSUMPTION, Prediction
 from hybridserve.core.bench.server_metrics import NixlStats
 from hybridserve.core.common.atomic_file import write_text
 

@@ -15,18 +15,18 @@ from hybridserve.cli.console import err_console, out_console, print_json
 from hybridserve.cli.launch_render import launch_dict, render_dry_run
 from hybridserve.cli.options import JsonOpt
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch import engine_limits as limits_help
+from hybridserve.core.launch.async_default import HELP as ASYNC_HELP
+from hybridserve.core.launch.launch_plan import LaunchPlan, Role
+from hybridserve.core.launch.request import LaunchRequest, prepare_launch
+from hybridserve.core.launch.topology import Device, EngineOptions, FirstTokenSource, ProxyKind
+from hybridserve.core.launch.warmup import HELP as WARMUP_HELP
 from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.layout.capacity import VLLM_GPU_MEMORY_UTILIZATION
 from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.model.profiles import device_memory_bytes, hardware_profiles
-from hybridserve.core.launch.async_default import HELP as ASYNC_HELP
-from hybridserve.core.launch import engine_limits as limits_help
-from hybridserve.core.supervise.start_phase import TIMEOUT_HELP, default_start_timeout
-from hybridserve.core.launch.launch_plan import LaunchPlan, Role
-from hybridserve.core.launch.request import LaunchRequest, prepare_launch
 from hybridserve.core.supervise.restart import RestartPolicy
-from hybridserve.core.launch.topology import Device, EngineOptions, FirstTokenSource, ProxyKind
-from hybridserve.core.launch.warmup import HELP as WARMUP_HELP
+from hybridserve.core.supervise.start_phase import TIMEOUT_HELP, default_start_timeout
 
 
 def command(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
@@ -19,6 +20,18 @@ StartedDeviceOpt = Annotated[str, typer.Option("--device", help="Where started c
                                                "launch).")]
 StartedGdnBackendOpt = Annotated[Optional[str], typer.Option("--gdn-prefill-backend", help="vLLM "
                                                              "--gdn-prefill-backend of started servers.")]
+StartedBasePortOpt = Annotated[int, typer.Option("--base-port", help="Ports of started configurations (proxy; P "
+                                                "+100, D +200).")]
+StartedRunDirOpt = Annotated[Path, typer.Option("--run-dir", help="Folder for the started servers' logs.")]
+
+
+def started_timeout_opt(request_default_s: int) -> object:
+    """--timeout of a command that sends requests and may start servers (bench: 600 s a request, validate: 300)."""
+    return Annotated[Optional[float], typer.Option(
+        "--timeout", show_default=False, help=f"Seconds per request (default {request_default_s}), and to wait for "
+        "started servers (default: launch's, CPU 300, CUDA 900).")]
+
+
 StartedEagerOpt = Annotated[Optional[bool], typer.Option(
     "--enforce-eager/--no-enforce-eager", show_default=False,
     help="Started servers skip torch.compile and CUDA graphs (faster start). Default: as launch (CPU on, CUDA off).")]

@@ -9,14 +9,14 @@ import typer
 from hybridserve.cli.console import print_json
 from hybridserve.cli.options import DtypeOpt, JsonOpt, YamlOpt
 from hybridserve.cli.plan_render import render_plans
-from hybridserve.core.layout.attention_backend import AttentionBackend
-from hybridserve.core.layout.capacity import VLLM_GPU_MEMORY_UTILIZATION, MemoryBudget
-from hybridserve.core.model.dtypes import parse_optional
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.layout.settings import CacheSettings, layout_request
 from hybridserve.core.common.numbers import gib_to_bytes
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.layout.capacity import MemoryBudget, VLLM_GPU_MEMORY_UTILIZATION
 from hybridserve.core.layout.plan import PlanRequest, make_plan
 from hybridserve.core.layout.plan_report import plan_dict
+from hybridserve.core.layout.settings import CacheSettings, layout_request
+from hybridserve.core.model.dtypes import parse_optional
 from hybridserve.core.model.profiles import device_memory_bytes, load_model, model_profile_names
 
 

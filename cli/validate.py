@@ -9,7 +9,10 @@ from typing import Annotated, Optional
 import typer
 
 from hybridserve.cli.console import out_console, print_json
-from hybridserve.cli.options import JsonOpt, StartedDeviceOpt, StartedEagerOpt, StartedGdnBackendOpt
+from hybridserve.cli.options import (
+    JsonOpt, StartedBasePortOpt, StartedDeviceOpt, StartedEagerOpt, StartedGdnBackendOpt, StartedRunDirOpt,
+    started_timeout_opt,
+)
 from hybridserve.core.common.errors import CheckFailedError, InputError
 
 Limit = Optional[float]
@@ -48,11 +51,9 @@ def command(
     max_failed_requests: Annotated[Limit, typer.Option(help="Prompts the candidate may refuse; default 0.")] = None,
     near_tie_tolerance: Annotated[Limit, typer.Option(help="Top-2 logprob gap that forgives a divergence; "
                                                       "default 0.02.")] = None,
-    base_port: Annotated[int, typer.Option(help="Ports of started configurations (proxy; P +100, D +200).")] = 8000,
-    run_dir: Annotated[Path, typer.Option(help="Folder for the started servers' logs.")] = Path("runs"),
-    timeout: Annotated[Optional[float], typer.Option(help="Seconds per request (default 300), and to wait for started "
-                                                     "servers (default: launch's, CPU 300, CUDA 900).",
-                                                     show_default=False)] = None,
+    base_port: StartedBasePortOpt = 8000,
+    run_dir: StartedRunDirOpt = Path("runs"),
+    timeout: started_timeout_opt(300) = None,  # type: ignore[valid-type]
     junit: Annotated[Optional[Path], typer.Option(help="Write a JUnit XML report here.")] = None,
     save_completions: Annotated[Optional[Path], typer.Option(help="Write every completion (tokens, logprobs, "
                                                              "top-k) of each side to this JSON file.")] = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hybridserve.core.common.atomic_file import replaced_on_success
+from hybridserve.core.common.atomic_file import write_figure
 from hybridserve.core.common.errors import MissingExtraError
 from hybridserve.kernels.tuned_profile import TunedProfile
 
@@ -37,8 +37,4 @@ def write_plot(profile: TunedProfile, path: Path) -> None:
     axes[0][-1].legend()
     fig.suptitle(f"GDN prefill, {profile.model}, {profile.dtype}, {profile.gpu}", fontsize=9)
     fig.tight_layout()
-    try:
-        with replaced_on_success(path, suffix=".png") as tmp:
-            fig.savefig(tmp, dpi=110)
-    finally:
-        plt.close(fig)
+    write_figure(path, fig)

@@ -20,9 +20,9 @@ from _ports import free_ports
 from _run_groups import kill_run_groups
 
 from hybridserve.core.common.fault_kind import FAULT_FILE_ENV
-from hybridserve.core.supervise.process import stop_group
-from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 from hybridserve.core.deployments.deployed import Deployment
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR
+from hybridserve.core.supervise.process import stop_group
 
 START_TIMEOUT_S = 420
 LAUNCH = [sys.executable, "-c", "from hybridserve.cli.app import main; main()", "launch"]

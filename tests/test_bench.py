@@ -16,7 +16,7 @@ from hybridserve.core.bench.phase import PhaseSpec, ProbeSpec, check_phase
 from hybridserve.core.bench.prompts import make_prompts, special_token_ids
 from hybridserve.core.bench.stream import RequestRecord, _Timing
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.common.fault_kind import STATE_CORRUPTION_FAULTS, FaultKind
+from hybridserve.core.common.fault_kind import FaultKind, STATE_CORRUPTION_FAULTS
 
 
 @pytest.mark.parametrize("text, lo, hi", [("1024", 1024, 1024), ("500:12000", 500, 12000), ("32_768", 32768, 32768),

@@ -17,7 +17,7 @@ import pytest
 from hybridserve.core.bench.lengths import LengthDist
 from hybridserve.core.bench.load import Load
 from hybridserve.core.bench.phase import PhaseSpec, ProbeSpec, draw_work
-from hybridserve.core.bench.prediction import FRESH_ASSUMPTION, HISTORY, RANGE, Predictor
+from hybridserve.core.bench.prediction import FRESH_ASSUMPTION, HISTORY, Predictor, RANGE
 from hybridserve.core.layout.descriptors import Scheme, transfer_cost
 from hybridserve.core.layout.served import runs_of_requests, served_runs
 

@@ -17,14 +17,14 @@ from hybridserve.core.bench.client_stats import summarize
 from hybridserve.core.bench.goodput import Slo, is_good, make_slo, request_itl_s
 from hybridserve.core.bench.launched import engines_of_plan, find_launched
 from hybridserve.core.bench.likeness.alike import TargetSettings, compare
+from hybridserve.core.bench.likeness.before_measuring import SettingsBook, UnlikeTargetsError, parse_gpus
 from hybridserve.core.bench.likeness.engine_settings import (
     DEFAULT, EngineSettings, Memory, Reading, Setting, cache_config_labels, from_cache_config, from_launch, from_log,
 )
-from hybridserve.core.bench.likeness.before_measuring import SettingsBook, UnlikeTargetsError, parse_gpus
 from hybridserve.core.bench.stream import RequestRecord
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.launch_plan import Role
+from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
 
 DATA = Path(__file__).resolve().parent / "data"

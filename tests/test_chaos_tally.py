@@ -3,9 +3,9 @@ recovery is, when a KV curve is back at idle. No server."""
 
 from __future__ import annotations
 
+from hybridserve.core.chaos.load import Sent
 from hybridserve.core.chaos.session import ChaosSpec, parse_phase, report_wait_s, topology_yaml
 from hybridserve.core.chaos.tally import Kill, held_seconds, released_seconds, tally, verdicts
-from hybridserve.core.chaos.load import Sent
 from hybridserve.core.deployments.client import Completion
 from hybridserve.core.validate.thresholds import Thresholds
 

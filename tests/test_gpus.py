@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.gpu_shares import MAX_TOTAL_SHARE, check_gpus_exist, memory_shares, start_waves
 from hybridserve.core.host.gpus import count_gpus, parse_smi_list
+from hybridserve.core.launch.gpu_shares import MAX_TOTAL_SHARE, check_gpus_exist, memory_shares, start_waves
 from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import Device, local_topology
 

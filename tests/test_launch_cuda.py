@@ -12,11 +12,11 @@ from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.gpu_shares import MAX_TOTAL_SHARE
-from hybridserve.core.launch.machine import machine_plan
-from hybridserve.core.launch.launch_plan import Role
-from hybridserve.core.launch.topology_file import load_topology
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR
+from hybridserve.core.launch.gpu_shares import MAX_TOTAL_SHARE
+from hybridserve.core.launch.launch_plan import Role
+from hybridserve.core.launch.machine import machine_plan
+from hybridserve.core.launch.topology_file import load_topology
 
 runner = CliRunner()
 

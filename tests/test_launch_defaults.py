@@ -13,13 +13,13 @@ import pytest
 from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
-from hybridserve.core.launch.context_fit import HEADROOM, context_fit
 from hybridserve.core.host.gpu_memory import gpu_memory_bytes, parse_smi_total
+from hybridserve.core.launch.context_fit import HEADROOM, context_fit
 from hybridserve.core.launch.instance_cache import instance_cache
-from hybridserve.core.supervise.start_phase import default_start_timeout
 from hybridserve.core.launch.topology import Device, EngineInstance, EngineOptions
 from hybridserve.core.layout.capacity import MemoryBudget, plan_capacity
 from hybridserve.core.model.profiles import load_model
+from hybridserve.core.supervise.start_phase import default_start_timeout
 
 runner = CliRunner()
 PROFILES = Path(__file__).resolve().parent.parent / "profiles" / "models"

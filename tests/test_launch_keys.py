@@ -22,10 +22,10 @@ from hybridserve.core.launch import keys
 from hybridserve.core.launch.engine_command import ENGINE_GUARD
 from hybridserve.core.launch.launch_plan import Role, RoleCommand, make_launch_plan
 from hybridserve.core.launch.preflight import preflight
-from hybridserve.core.supervise.process import child_env
 from hybridserve.core.launch.request import LaunchRequest, prepare_launch
-from hybridserve.core.supervise.runner import started
 from hybridserve.core.launch.topology_file import load_topology
+from hybridserve.core.supervise.process import child_env
+from hybridserve.core.supervise.runner import started
 
 runner = CliRunner()
 FRONT_KEY = "front-" + "f" * 26

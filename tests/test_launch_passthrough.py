@@ -12,14 +12,14 @@ from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR
+from hybridserve.core.host.vllm_version import V0_26, V0_32
 from hybridserve.core.launch.engine_command import EngineFlag, engine_flags
+from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.passthrough import check_passthrough, flag_name, owner, passed_value
 from hybridserve.core.launch.placement import placements
-from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import Device, EngineOptions, Topology, local_topology
-from hybridserve.core.host.vllm_version import V0_26, V0_32
 from hybridserve.core.layout.attention_backend import AttentionBackend
-from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 
 runner = CliRunner()
 ENGINES = ("prefill-0", "decode-0")

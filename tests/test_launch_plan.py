@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.launch_plan import Role, make_launch_plan
-from hybridserve.core.launch.topology import TINY_MODEL_DIR, Device
+from hybridserve.core.launch.topology import Device, TINY_MODEL_DIR
 from hybridserve.core.launch.topology_file import load_topology
 from hybridserve.core.vllm_plugin import torchvision_shim
 

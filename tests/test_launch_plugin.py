@@ -13,7 +13,8 @@ from importlib.metadata import entry_points
 import pytest
 
 from hybridserve.core.vllm_plugin import (
-    async_scheduling, cpu_affinity, cpu_conv_layout, import_hooks, nixl_progress, switches, torchvision_shim, transfer_log,
+    async_scheduling, cpu_affinity, cpu_conv_layout, import_hooks, nixl_progress, switches, torchvision_shim,
+    transfer_log,
 )
 from hybridserve.core.vllm_plugin.startup import __file__ as startup_init
 

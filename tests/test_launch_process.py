@@ -18,8 +18,8 @@ from _run_groups import kill_run_groups
 
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.launch.launch_plan import Role, RoleCommand
-from hybridserve.core.supervise.process import start_role, stop_group, stop_roles
 from hybridserve.core.supervise.health import wait_healthy
+from hybridserve.core.supervise.process import start_role, stop_group, stop_roles
 
 # A role that starts a grandchild in its own group and ignores SIGTERM: only a group SIGKILL ends both.
 STUBBORN = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

@@ -13,8 +13,8 @@ from hybridserve.cli.app import app
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.host import mps_daemon
 from hybridserve.core.launch import mps
-from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.launch_plan import Role, make_launch_plan
+from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.topology_file import load_topology
 
 runner = CliRunner()

@@ -19,9 +19,9 @@ from _run_groups import kill_run_groups
 from test_launch_process import _read_json
 
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.launch_plan import Role, RoleCommand
 from hybridserve.core.supervise.guard import Guard
 from hybridserve.core.supervise.health import health_answer
-from hybridserve.core.launch.launch_plan import Role, RoleCommand
 from hybridserve.core.supervise.process import stop_roles
 from hybridserve.core.supervise.restart import RestartLedger, RestartLimits, RestartPolicy
 from hybridserve.core.supervise.role_watch import RestartCapSpentError, RoleWatch, read_events

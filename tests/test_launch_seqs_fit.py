@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.launch.seqs_fit import (STATE_HEADROOM, kv_cache_flag, parse_vllm_bytes,
-                                              vllm_default_max_num_seqs)
+from hybridserve.core.launch.seqs_fit import STATE_HEADROOM, kv_cache_flag, parse_vllm_bytes, vllm_default_max_num_seqs
 from hybridserve.core.supervise.start_failure import start_failure
 
 runner = CliRunner()

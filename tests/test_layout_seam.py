@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.launch_plan import Role, make_launch_plan
-from hybridserve.core.launch.topology import TINY_MODEL_DIR, Device, EngineOptions, local_topology
+from hybridserve.core.launch.topology import Device, EngineOptions, TINY_MODEL_DIR, local_topology
 from hybridserve.core.model.profiles import MODELS_DIR, model_profile_names
 
 PROFILES = [*model_profile_names(), "tiny-qwen3.5", "tiny-qwen3.5-recall"]

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 from hybridserve.core.host.model_form import (
     ensure_wrapped, needs_wrapper, renamed_safetensors, wrapped_config, wrapped_dir,
 )
 from hybridserve.core.launch.topology import TINY_MODEL_DIR
-from hybridserve.core.deployments.target import RECALL_MODEL_DIR
 
 MODELS = pytest.mark.parametrize("model", [TINY_MODEL_DIR, RECALL_MODEL_DIR], ids=["tiny", "recall"])
 

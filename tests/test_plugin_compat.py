@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.host.vllm_version import VllmVersion, installed_vllm
 from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_plugin
 from hybridserve.core.launch.topology import EngineInstance, local_topology
-from hybridserve.core.host.vllm_version import VllmVersion, installed_vllm
 from hybridserve.core.vllm_plugin import armed_specs, compat, manifest
 
 PLUGIN_DIR = Path(compat.__file__).parent

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hybridserve.core.model.dtypes import DType
 from hybridserve.core.common.errors import InputError, MissingExtraError
 from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_pairs, is_tcp_port_free, preflight
 from hybridserve.core.launch.topology import EngineInstance, local_topology
+from hybridserve.core.model.dtypes import DType
 
 ALWAYS = {"is_module_available": lambda _m: True, "is_port_free": lambda _h, _p: True}
 

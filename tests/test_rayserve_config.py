@@ -12,8 +12,9 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.topology import EngineInstance, ProxyInstance, local_topology
 from hybridserve.core.rayserve.engine_kwargs import engine_kwargs
-from hybridserve.core.rayserve.serve_config import (HOST_BOUND_ENV, INGRESS_RESOURCE, host_resources, ray_start_lines,
-                                                    serve_config)
+from hybridserve.core.rayserve.serve_config import (
+    HOST_BOUND_ENV, INGRESS_RESOURCE, host_resources, ray_start_lines, serve_config,
+)
 
 
 def _args(topology=None) -> dict:  # noqa: ANN001

@@ -19,7 +19,7 @@ from hybridserve.cli.app import app
 from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_extras, check_ports
 from hybridserve.core.launch.router_command import (
-    HEALTH_CHECK_INTERVAL_S, ROUTER_IMPORT, ROUTER_REQUIREMENT, MissingRouterError,
+    HEALTH_CHECK_INTERVAL_S, MissingRouterError, ROUTER_IMPORT, ROUTER_REQUIREMENT,
 )
 from hybridserve.core.launch.topology import ProxyKind, local_topology
 from hybridserve.core.launch.topology_file import load_topology

@@ -9,11 +9,12 @@ from pathlib import Path
 
 from _ports import free_base_port, free_port
 
-from hybridserve.core.supervise.health import wait_healthy
 from hybridserve.core.launch.launch_plan import Role, RoleCommand
+from hybridserve.core.supervise.health import wait_healthy
 from hybridserve.core.supervise.process import start_role, stop_roles
 from hybridserve.core.supervise.start_phase import (
-    API_SERVER, CAPTURING, COMPILING, LOADING, PROFILING, SERVING, STARTING, WARMING, PhaseWatch, phase_of_line, phases_of_text,
+    API_SERVER, CAPTURING, COMPILING, LOADING, PhaseWatch, PROFILING, SERVING, STARTING, WARMING, phase_of_line,
+    phases_of_text,
 )
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -10,8 +10,8 @@ import pytest
 
 from hybridserve.core.chaos import timeline_gaps as report
 from hybridserve.core.common import timeline_log
-from hybridserve.core.vllm_plugin import timeline as timeline
 from hybridserve.core.common.contracts import TIMELINE_FILE_ENV
+from hybridserve.core.vllm_plugin import timeline as timeline
 
 RID = "0123456789abcdef0123456789abcdef"
 

@@ -7,8 +7,9 @@ import pytest
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.validate import synthetic
-from hybridserve.core.validate.dataset import (DEFAULT_SYNTHETIC_WORDS, AnswerKind, gsm8k_number, is_correct,
-                                                load_dataset)
+from hybridserve.core.validate.dataset import (
+    AnswerKind, DEFAULT_SYNTHETIC_WORDS, gsm8k_number, is_correct, load_dataset,
+)
 from hybridserve.core.validate.thresholds import Thresholds, resolve
 
 

@@ -7,11 +7,11 @@ import importlib.metadata
 import pytest
 
 from hybridserve.core.common.errors import InputError
-from hybridserve.core.host import model_form
-from hybridserve.core.launch.launch_plan import Role, make_launch_plan
-from hybridserve.core.launch.topology import TINY_MODEL_DIR, Device, EngineOptions, local_topology
-from hybridserve.core.host.vllm_version import V0_26, V0_32, VllmVersion, features_for, installed_vllm
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR
+from hybridserve.core.host import model_form
+from hybridserve.core.host.vllm_version import V0_26, V0_32, VllmVersion, features_for, installed_vllm
+from hybridserve.core.launch.launch_plan import Role, make_launch_plan
+from hybridserve.core.launch.topology import Device, EngineOptions, TINY_MODEL_DIR, local_topology
 
 
 def _lookup(installed: dict[str, str]):

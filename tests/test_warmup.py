@@ -19,18 +19,18 @@ from _ports import free_port
 from hybridserve.cli.app import app
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.common.warm_state import WARM, WARM_FILE, WARMING, read_warm_state, write_warm_state
+from hybridserve.core.launch.launch_plan import Role, RoleCommand
+from hybridserve.core.launch.topology import Device, TINY_MODEL_DIR
+from hybridserve.core.launch.warmup import MAX_TOKENS, PROMPT_TOKENS, WarmupBurst, warmup_burst
+from hybridserve.core.proxy.health_watch import EndpointHealth
 from hybridserve.core.supervise.guard import Guard
 from hybridserve.core.supervise.health import health_answer
-from hybridserve.core.launch.launch_plan import Role, RoleCommand
 from hybridserve.core.supervise.process import stop_roles
 from hybridserve.core.supervise.restart import RestartLimits
 from hybridserve.core.supervise.role_watch import RoleWatch, read_events
 from hybridserve.core.supervise.runner import StartedRoles
-from hybridserve.core.launch.topology import TINY_MODEL_DIR, Device
 from hybridserve.core.supervise.warm_send import warm_up
 from hybridserve.core.supervise.warming import HEALTHY, Warmer
-from hybridserve.core.launch.warmup import MAX_TOKENS, PROMPT_TOKENS, WarmupBurst, warmup_burst
-from hybridserve.core.proxy.health_watch import EndpointHealth
 
 runner = CliRunner()
 

@@ -19,7 +19,7 @@ from hybridserve.core.common.errors import InputError
 from hybridserve.core.host.model_form import ensure_wrapped, has_weights, needs_wrapper, wrapped_dir
 from hybridserve.core.launch.launch_plan import Role, make_launch_plan
 from hybridserve.core.launch.preflight import check_weights
-from hybridserve.core.launch.topology import TINY_MODEL_DIR, EngineOptions, local_topology
+from hybridserve.core.launch.topology import EngineOptions, TINY_MODEL_DIR, local_topology
 
 
 def weightless_copy(dst: Path, src: Path = TINY_MODEL_DIR) -> Path:

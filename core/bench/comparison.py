@@ -11,34 +11,33 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hybridserve.core.bench.client_stats import ClientSummary, summarize
 from hybridserve.core.bench.driver import run_phase
-from hybridserve.core.bench.engine_timing import PREFILL_TIME, EngineTiming, engine_timing
+from hybridserve.core.bench.engine_timing import EngineTiming, PREFILL_TIME, engine_timing
 from hybridserve.core.bench.goodput import Slo
 from hybridserve.core.bench.likeness.alike import Likeness, TargetSettings
+from hybridserve.core.bench.likeness.before_measuring import SettingsBook, read_before_measuring
 from hybridserve.core.bench.phase import PhaseSpec, PhaseWork, check_phase, draw_work
 from hybridserve.core.bench.prediction import Prediction
 from hybridserve.core.bench.prompts import make_prompts
-from hybridserve.core.bench.scrape import (decode_urls_behind, first_token_behind, own_metrics, prefill_urls_behind,
-                                          proxy_health, scrape, settled_scrape)
+from hybridserve.core.bench.scrape import (
+    decode_urls_behind, first_token_behind, own_metrics, prefill_urls_behind, proxy_health, scrape, settled_scrape,
+)
 from hybridserve.core.bench.served import ServedModel, served_model
-from hybridserve.core.bench.likeness.before_measuring import SettingsBook, read_before_measuring
-from hybridserve.core.bench.server_metrics import XFER_TIME, NixlStats, delta, nixl_stats
+from hybridserve.core.bench.server_metrics import NixlStats, XFER_TIME, delta, nixl_stats
 from hybridserve.core.bench.stream import RequestRecord
 from hybridserve.core.bench.vocab import Vocabulary, find_vocabulary
-from hybridserve.core.deployments.client import auth_headers
-from hybridserve.core.deployments.target import Target
-from hybridserve.core.deployments.deployed import deployed
-from hybridserve.core.deployments.target import default_model
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.common.progress import ProgressCallback, counted
+from hybridserve.core.deployments.client import auth_headers
+from hybridserve.core.deployments.deployed import deployed
+from hybridserve.core.deployments.target import Target, default_model
 from hybridserve.core.launch.topology import Device
 
-ProgressCallback = Callable[[str, int, int], None]  # (what runs now, done, total)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -207,16 +206,7 @@ def _run_phase(client: Any, url: str, served: ServedModel, scraped: tuple[tuple[
     """`scraped`: (the decode servers, for NIXL stats; the prompt-computing servers, for the engines' timings)."""
     metrics_urls, prefill_urls = scraped
     prompts, probe_prompts = drawn
-    total, done = len(prompts) + len(probe_prompts), [0]
-    what = f"{role}: phase {index + 1} ({work.spec.name})"
-
-    def on_done() -> None:
-        done[0] += 1
-        if progress is not None:
-            progress(what, done[0], total)
-
-    if progress is not None:
-        progress(what, 0, total)
+    on_done = counted(progress, f"{role}: phase {index + 1} ({work.spec.name})", len(prompts) + len(probe_prompts))
     same = prefill_urls == metrics_urls  # a plain server: one scrape serves both
     before = scrape(client, metrics_urls)
     engines_before = before if same else scrape(client, prefill_urls)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hybridserve.core.bench.comparison import BenchReport
-from hybridserve.core.common.atomic_file import replaced_on_success
+from hybridserve.core.common.atomic_file import write_figure
 from hybridserve.core.common.errors import MissingExtraError
 
 _PERCENTILES = ("p50", "p90", "p99")
@@ -42,8 +42,4 @@ def write_png(report: BenchReport, path: Path) -> None:
         row[0].set_title(work.spec.name, fontsize=8)
         row[1].legend(fontsize=7)
     fig.tight_layout()
-    try:
-        with replaced_on_success(path, suffix=".png") as tmp:
-            fig.savefig(tmp, dpi=110)
-    finally:
-        plt.close(fig)
+    write_figure(path, fig)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybridserve.core.common.contracts import PLAN_FILE
-from hybridserve.core.launch.engine_command import API_SERVER_MODULE
 from hybridserve.core.host.stale_run import find_live_runs
+from hybridserve.core.launch.engine_command import API_SERVER_MODULE
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import httpx
 
-from hybridserve.core.validate import synthetic
 from hybridserve.core.deployments.client import Completion, parse_completion
+from hybridserve.core.validate import synthetic
 from hybridserve.core.validate.noise import Noise, measure
 from hybridserve.core.validate.thresholds import Thresholds
 

@@ -26,6 +26,17 @@ def replaced_on_success(path: Path, suffix: str = ".tmp") -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def write_figure(path: Path, fig: object, *, dpi: int = 110) -> None:
+    """A matplotlib figure as a PNG at `path`, whole or not at all; the figure is closed either way."""
+    import matplotlib.pyplot as plt  # lazy: matplotlib only where a figure is drawn
+
+    try:
+        with replaced_on_success(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=dpi)
+    finally:
+        plt.close(fig)
+
+
 def write_text(path: Path, text: str) -> None:
     with replaced_on_success(path) as tmp:
         tmp.write_text(text)

@@ -19,10 +19,10 @@ from hybridserve.core.common.errors import CouldNotRunError, InputError
 from hybridserve.core.common.fault_kind import FaultKind
 from hybridserve.core.deployments.target import Config, Target
 from hybridserve.core.host.gpus import count_gpus
-from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.launch_plan import Role
-from hybridserve.core.supervise.runner import new_run_dir, started
+from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.topology import Device, EngineOptions, local_topology
+from hybridserve.core.supervise.runner import new_run_dir, started
 
 
 @dataclass(frozen=True, kw_only=True)

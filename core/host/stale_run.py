@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hybridserve.core.common.errors import InputError
 from hybridserve.core.common.contracts import LAUNCHER_PID_FILE, PLAN_FILE
+from hybridserve.core.common.errors import InputError
 
 _CLOCK_SLACK_S = 2.0  # the pid file is written just after the process starts; clock ticks are coarse
 

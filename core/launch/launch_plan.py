@@ -12,27 +12,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hybridserve.core.common.choices import parse_choice
-from hybridserve.core.common.errors import InputError
 from hybridserve.core.common.contracts import WARM_FILE
+from hybridserve.core.common.errors import InputError
+from hybridserve.core.host.vllm_version import V0_32, VllmFeatures
 from hybridserve.core.launch import keys
-from hybridserve.core.launch.async_default import AsyncScheduling
-from hybridserve.core.launch.async_default import resolve as resolve_async
+from hybridserve.core.launch.async_default import AsyncScheduling, resolve as resolve_async
 from hybridserve.core.launch.context_fit import context_fit
 from hybridserve.core.launch.engine_command import engine_argv, engine_env, guard_flags
 from hybridserve.core.launch.engine_limits import EngineLimits, resolve_limits
-from hybridserve.core.launch.seqs_fit import seqs_fit
-from hybridserve.core.launch.placement import EnginePlacement, placements
-from hybridserve.core.host.vllm_version import V0_32, VllmFeatures
 from hybridserve.core.launch.instance_cache import InstanceCache, instance_cache
-from hybridserve.core.launch.port_numbers import check_port_numbers
-from hybridserve.core.model.profiles import load_model
 from hybridserve.core.launch.mps import check_shares, share_line
-from hybridserve.core.launch.replicas import KIND as REPLICA
-from hybridserve.core.launch.replicas import check_shape
+from hybridserve.core.launch.placement import EnginePlacement, placements
+from hybridserve.core.launch.port_numbers import check_port_numbers
+from hybridserve.core.launch.replicas import KIND as REPLICA, check_shape
 from hybridserve.core.launch.router_command import metrics_port, router_argv
+from hybridserve.core.launch.seqs_fit import seqs_fit
 from hybridserve.core.launch.topology import Device, EngineInstance, ProxyKind, Topology
-from hybridserve.core.launch.warmup import WarmupBurst, warmup_burst
-from hybridserve.core.launch.warmup import is_on as is_warmup_on
+from hybridserve.core.launch.warmup import WarmupBurst, is_on as is_warmup_on, warmup_burst
+from hybridserve.core.model.profiles import load_model
 
 PROXY_MODULE = "hybridserve.core.proxy"
 

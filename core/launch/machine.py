@@ -7,15 +7,15 @@ from pathlib import Path
 
 from hybridserve.core.host import model_form
 from hybridserve.core.host.gpu_memory import gpu_memory_bytes, gpu_name
-from hybridserve.core.launch.gpu_shares import check_gpus_exist
 from hybridserve.core.host.gpus import count_gpus
-from hybridserve.core.launch.mps import check_daemon
 from hybridserve.core.host.mps_daemon import find_daemon
-from hybridserve.core.launch.placement import served_topology
+from hybridserve.core.host.vllm_version import VllmVersion, features_for, installed_vllm
+from hybridserve.core.launch.gpu_shares import check_gpus_exist
 from hybridserve.core.launch.launch_plan import LaunchPlan, Role, make_launch_plan
+from hybridserve.core.launch.mps import check_daemon
+from hybridserve.core.launch.placement import served_topology
 from hybridserve.core.launch.preflight import check_conv_layout, check_pairs, preflight
 from hybridserve.core.launch.topology import Device, Topology
-from hybridserve.core.host.vllm_version import VllmVersion, features_for, installed_vllm
 
 
 def vllm_version(given: str | None) -> VllmVersion | None:

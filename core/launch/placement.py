@@ -12,14 +12,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hybridserve.core.common import ucx
+from hybridserve.core.common import contracts, ucx
 from hybridserve.core.host import model_form
+from hybridserve.core.host.vllm_version import VllmFeatures, check_gdn_backend
 from hybridserve.core.launch.engine_command import EngineFlag
 from hybridserve.core.launch.gpu_shares import memory_shares
 from hybridserve.core.launch.mps import mps_env
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
-from hybridserve.core.host.vllm_version import VllmFeatures, check_gdn_backend
-from hybridserve.core.common import contracts
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,15 +14,15 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hybridserve.core.common.errors import InputError, MissingExtraError
-from hybridserve.core.launch import keys
 from hybridserve.core.host import model_form
-from hybridserve.core.launch.passthrough import passed_value
-from hybridserve.core.launch.launch_plan import LaunchPlan, Role, RoleCommand
-from hybridserve.core.launch.engine_command import CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT
 from hybridserve.core.host.stale_run import port_in_use_error
-from hybridserve.core.launch.router_command import ROUTER_IMPORT, MissingRouterError
-from hybridserve.core.launch.topology import Device, ProxyKind
 from hybridserve.core.host.vllm_version import VllmVersion, installed_vllm
+from hybridserve.core.launch import keys
+from hybridserve.core.launch.engine_command import CONV_LAYOUT_ENV, REQUIRED_CONV_LAYOUT
+from hybridserve.core.launch.launch_plan import LaunchPlan, Role, RoleCommand
+from hybridserve.core.launch.passthrough import passed_value
+from hybridserve.core.launch.router_command import MissingRouterError, ROUTER_IMPORT
+from hybridserve.core.launch.topology import Device, ProxyKind
 from hybridserve.core.vllm_plugin.compat import IndexFor, check, installed_index
 
 # (module, purpose) each role needs; the extra to install depends on the device.

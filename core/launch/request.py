@@ -7,11 +7,12 @@ from pathlib import Path
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.host.gpus import count_gpus
-from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.launch_plan import LaunchPlan, Role
-from hybridserve.core.launch.topology import (Device, EngineOptions, FirstTokenSource, ProxyKind, Topology,
-                                              local_topology)
+from hybridserve.core.launch.machine import machine_plan
 from hybridserve.core.launch.replicas import local_replicas
+from hybridserve.core.launch.topology import (
+    Device, EngineOptions, FirstTokenSource, ProxyKind, Topology, local_topology,
+)
 from hybridserve.core.launch.topology_file import load_topology
 from hybridserve.core.launch.tuned import apply_tuned_profile, check_tuned_profile, read_header
 

@@ -36,14 +36,14 @@ from typing import Any
 
 import yaml
 
-from hybridserve.core.layout.attention_backend import AttentionBackend
-from hybridserve.core.model.dtypes import DType, parse_optional
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.launch.replicas import check_shape
 from hybridserve.core.launch.topology import (
-    TINY_MODEL_DIR, Device, EngineInstance, EngineOptions, FirstTokenSource, ProxyInstance, ProxyKind, RoutingPolicy,
+    Device, EngineInstance, EngineOptions, FirstTokenSource, ProxyInstance, ProxyKind, RoutingPolicy, TINY_MODEL_DIR,
     Topology,
 )
-from hybridserve.core.launch.replicas import check_shape
+from hybridserve.core.layout.attention_backend import AttentionBackend
+from hybridserve.core.model.dtypes import DType, parse_optional
 
 _ENGINE_KEYS = {"mamba_ssm_cache_dtype": "ssm_dtype", "mamba_cache_dtype": "conv_dtype",
                 "async_scheduling": "is_async_scheduling", "plugin_fixes": "is_plugin_fixes",

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import yaml
 
+from hybridserve.core.common import contracts
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.topology import Device, Topology
-from hybridserve.core.common import contracts
 
 SCHEMA = "hybridserve.tuned-gdn-prefill/1"  # kernels/tuned_profile.py writes it
 CPU_GPU = "none (CPU)"  # what tune records as the GPU of a CPU run (kernels/summary.py)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.keys import read_key
-from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.launch.topology import FirstTokenSource, RoutingPolicy
+from hybridserve.core.proxy.config import ProxyConfig
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[ProxyConfig, str, int]:

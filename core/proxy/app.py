@@ -21,16 +21,15 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from hybridserve.core.common import keepalive, kv_lease
+from hybridserve.core.common import keepalive, kv_lease, timeline_log
 from hybridserve.core.launch.topology import FirstTokenSource
 from hybridserve.core.proxy import eligibility, failover, first_token, hops, relay
 from hybridserve.core.proxy.auth import BearerGuard
 from hybridserve.core.proxy.config import ProxyConfig
-from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.health_watch import EndpointHealth
+from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
 from hybridserve.core.proxy.stopping import Stopping
-from hybridserve.core.common import timeline_log
 
 
 def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> FastAPI:

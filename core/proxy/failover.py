@@ -34,12 +34,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hybridserve.core.common import kv_lease
+from hybridserve.core.common import kv_lease, timeline_log
 from hybridserve.core.proxy.hops import HopError
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
 from hybridserve.core.proxy.stopping import Stopping
-from hybridserve.core.common import timeline_log
 
 Send = Callable[[str, str, dict], Awaitable[Any]]  # (role, url, body) -> answer; HopError before any byte went out
 Served = tuple[str, str, Any]  # (role, url, answer)

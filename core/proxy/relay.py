@@ -7,10 +7,10 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
+from hybridserve.core.common import timeline_log
 from hybridserve.core.proxy import failover, first_token, hops, streaming
 from hybridserve.core.proxy.metrics import ProxyMetrics
 from hybridserve.core.proxy.stopping import ProxyStopping
-from hybridserve.core.common import timeline_log
 
 
 def detokenizer(client: httpx.AsyncClient, servers: list[tuple[str, str]], body: dict) -> first_token.Detokenize:

@@ -19,14 +19,14 @@ from typing import Any
 import yaml
 
 from hybridserve.core.common.errors import InputError
+from hybridserve.core.host import model_form
 from hybridserve.core.launch.bind_env import network_device
 from hybridserve.core.launch.keys import read_key, write_new_key
 from hybridserve.core.launch.launch_plan import LaunchPlan
-from hybridserve.core.host import model_form
 from hybridserve.core.launch.placement import served_topology
 from hybridserve.core.launch.preflight import check_plugin, check_weights
 from hybridserve.core.rayserve import deploy
-from hybridserve.core.rayserve.cluster import RAY_PORT, LocalNode
+from hybridserve.core.rayserve.cluster import LocalNode, RAY_PORT
 from hybridserve.core.rayserve.serve_config import host_resources
 
 DEFAULT_NUM_CPUS = 8  # logical CPUs a node offers Ray: with 2 the ingress was never scheduled (issue 41)

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hybridserve.core.common.contracts import BIND_HOST_ENV
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.launch.engine_command import STARTUP_DIR
 from hybridserve.core.launch.launch_plan import LaunchPlan, Role, RoleCommand
 from hybridserve.core.launch.topology import Device, FirstTokenSource, Topology
 from hybridserve.core.rayserve.engine_kwargs import engine_kwargs
-from hybridserve.core.common.contracts import BIND_HOST_ENV
 
 BUILDER = "hybridserve.core.rayserve.app:build_app"
 APP_NAME = "hybridserve"

@@ -27,11 +27,11 @@ from ray.llm._internal.serve.core.configs.openai_api_models import CompletionReq
 from ray.llm._internal.serve.core.server.llm_server import LLMServer
 from ray.llm._internal.serve.serving_patterns.prefill_decode.pd_server import PDDecodeServer, PDPrefillServer
 
+from hybridserve.core.common.contracts import BIND_HOST_ENV
 from hybridserve.core.launch.bind_env import listener_env, network_device
 from hybridserve.core.launch.engine_command import STARTUP_DIR
 from hybridserve.core.proxy import eligibility, first_token
 from hybridserve.core.rayserve import ray_first_token
-from hybridserve.core.common.contracts import BIND_HOST_ENV
 
 logger = logging.getLogger("hybridserve.ray")
 PREFILL_TRIES = 2  # the first hop and one retry; then decode alone (failover.MAX_FAILURES counts 3 over both roles)

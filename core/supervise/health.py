@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from hybridserve.core.common.errors import CouldNotRunError
 from hybridserve.core.supervise.process import RunningRole
 from hybridserve.core.supervise.start_failure import start_failure
-from hybridserve.core.supervise.start_phase import SERVING, PhaseWatch
+from hybridserve.core.supervise.start_phase import PhaseWatch, SERVING
 
 ProgressCallback = Callable[[str, str], None]  # (role name, its start phase: start_phase.py; SERVING once healthy)
 

@@ -16,9 +16,9 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError
-from hybridserve.core.supervise.guard import wait_groups_gone, wrapped
 from hybridserve.core.launch.keys import read_key
 from hybridserve.core.launch.launch_plan import RoleCommand
+from hybridserve.core.supervise.guard import wait_groups_gone, wrapped
 
 
 class RunningRole:

@@ -25,13 +25,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hybridserve.core.common.contracts import RESTART_LOG
 from hybridserve.core.common.errors import HybridserveError
 from hybridserve.core.supervise.guard import wait_groups_gone
 from hybridserve.core.supervise.health import SLOW, health_answer, health_status
 from hybridserve.core.supervise.process import RunningRole
 from hybridserve.core.supervise.restart import RestartLedger, RestartLimits, cap_text
 from hybridserve.core.supervise.start_failure import start_failure
-from hybridserve.core.common.contracts import RESTART_LOG
 
 
 

@@ -10,12 +10,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hybridserve.core.launch.gpu_shares import start_waves
-from hybridserve.core.launch.seqs_fit import kv_cache_flag
 from hybridserve.core.launch.keys import write_new_key
-from hybridserve.core.supervise.guard import Guard
 from hybridserve.core.launch.launch_plan import LaunchPlan, RoleCommand
-from hybridserve.core.supervise.process import RunningRole, start_role, stop_roles
+from hybridserve.core.launch.seqs_fit import kv_cache_flag
+from hybridserve.core.supervise.guard import Guard
 from hybridserve.core.supervise.health import ProgressCallback, wait_healthy
+from hybridserve.core.supervise.process import RunningRole, start_role, stop_roles
 from hybridserve.core.supervise.start_phase import WAITING
 from hybridserve.core.supervise.warming import Warmer
 from hybridserve.core.common.contracts import LAUNCHER_PID_FILE, PLAN_FILE  # a later launch reads both (stale_run.py)

@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from hybridserve.core.common.errors import HybridserveError
-from hybridserve.core.supervise.health import ProgressCallback
 from hybridserve.core.launch.launch_plan import LaunchPlan
+from hybridserve.core.supervise.health import ProgressCallback
 from hybridserve.core.supervise.process import RunningRole
 from hybridserve.core.supervise.restart import RestartLimits, RestartPolicy
 

@@ -13,13 +13,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hybridserve.core.common.warm_state import WARM, WARM_FILE, WARMING, write_warm_state
-from hybridserve.core.supervise.health import ProgressCallback
 from hybridserve.core.launch.launch_plan import LaunchPlan
+from hybridserve.core.launch.warmup import WarmupBurst
+from hybridserve.core.model.profiles import load_model
+from hybridserve.core.supervise.health import ProgressCallback
 from hybridserve.core.supervise.process import RunningRole
 from hybridserve.core.supervise.start_phase import SERVING
 from hybridserve.core.supervise.warm_send import engine_key, warm_up
-from hybridserve.core.launch.warmup import WarmupBurst
-from hybridserve.core.model.profiles import load_model
 
 HEALTHY = "healthy, not yet warm"
 

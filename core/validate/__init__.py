@@ -1,11 +1,10 @@
 """Validation of a candidate deployment against a baseline: datasets, metrics, verdict, thresholds, JUnit (the
 deployments themselves: core/deployments)."""
 
-from hybridserve.core.validate.dataset import Dataset, Example, load_dataset
 from hybridserve.core.deployments.target import Config, Target, parse_target
+from hybridserve.core.validate.dataset import Dataset, Example, load_dataset
+from hybridserve.core.validate.thresholds import Thresholds, resolve as resolve_thresholds
 from hybridserve.core.validate.validation import ValidateRequest, ValidationReport, validate
-from hybridserve.core.validate.thresholds import Thresholds
-from hybridserve.core.validate.thresholds import resolve as resolve_thresholds
 from hybridserve.core.validate.verdict import Verdict, judge
 
 __all__ = [

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hybridserve.core.common.errors import CouldNotRunError, InputError
+from hybridserve.core.common.progress import ProgressCallback, counted
 from hybridserve.core.deployments.client import Completion, RequestSettings, complete_all
 from hybridserve.core.deployments.deployed import check_scheduling, deployed
-from hybridserve.core.deployments.target import default_model
-from hybridserve.core.deployments.target import Target
+from hybridserve.core.deployments.target import Target, default_model
 from hybridserve.core.validate.dataset import Dataset
 from hybridserve.core.validate.metrics import PromptComparison, compare, summarize
 from hybridserve.core.validate.noise import Noise, measure
@@ -20,7 +19,6 @@ from hybridserve.core.validate.thresholds import DRIFT_FLOOR, Thresholds
 from hybridserve.core.validate.verdict import Verdict, judge, prompt_regressions
 
 # (phase, done, total): phase is "baseline" or "candidate"; done counts answered prompts.
-ProgressCallback = Callable[[str, int, int], None]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,15 +78,7 @@ def _run_target(phase: str, target: Target, request: ValidateRequest, model: Pat
     start = time.monotonic()
     prompts = [e.prompt for e in request.dataset.examples]
     prompts = prompts[::-1] if is_reversed else prompts
-    total, done = len(prompts), [0]
-
-    def on_done() -> None:
-        done[0] += 1
-        if progress is not None:
-            progress(phase, done[0], total)
-
-    if progress is not None:
-        progress(phase, 0, total)
+    on_done = counted(progress, phase, len(prompts))
     with deployed(target, model=model, base_port=request.base_port, run_root=request.run_root.resolve(),
                   num_cores=request.num_cores, timeout_s=request.start_timeout_s, device=request.device,
                   engine=request.engine) as deployment:
@@ -99,7 +89,7 @@ def _run_target(phase: str, target: Target, request: ValidateRequest, model: Pat
         completions = completions[::-1] if is_reversed else completions
         failed = [c.error for c in completions if c.error is not None]
         if failed and phase == "baseline":
-            raise CouldNotRunError(f"baseline {target.label}: {len(failed)} of {total} prompts failed; first: "
+            raise CouldNotRunError(f"baseline {target.label}: {len(failed)} of {len(prompts)} prompts failed; first: "
                                    f"{failed[0]}")
         schedulers = check_scheduling(target.config, deployment.engine_logs) if target.config else {}
     run = TargetRun(label=target.label, url=deployment.url, run_dir=deployment.run_dir, schedulers=schedulers,

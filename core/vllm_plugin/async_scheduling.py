@@ -12,9 +12,9 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from hybridserve.core.common.contracts import SCHEDULER_LOG_PREFIX
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
-from hybridserve.core.common.contracts import SCHEDULER_LOG_PREFIX
 
 CPU_PLATFORM_MODULE = "vllm.platforms.cpu"
 SCHEDULER_MODULE = "vllm.v1.core.sched.scheduler"  # AsyncScheduler subclasses its Scheduler

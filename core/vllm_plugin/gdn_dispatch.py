@@ -22,7 +22,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from hybridserve.core.vllm_plugin.gdn_router import LOG_PREFIX, GdnRouter, Route, l2_normalized
+from hybridserve.core.vllm_plugin.gdn_router import GdnRouter, LOG_PREFIX, Route, l2_normalized
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 

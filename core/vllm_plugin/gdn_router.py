@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hybridserve.core.vllm_plugin.log import logger
 from hybridserve.core.common.contracts import GDN_ROUTER_LOG_PREFIX as LOG_PREFIX
+from hybridserve.core.vllm_plugin.log import logger
 
 IsNative = Callable[[Any, tuple, Any], bool]
 NATIVE = "vLLM's own kernel"

@@ -28,11 +28,11 @@ import time
 from types import ModuleType
 from typing import Any
 
+from hybridserve.core.common.contracts import REFUSED_LOG_PREFIX
 from hybridserve.core.common.kv_lease import margin_from_env
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.lease_book import LeaseBook, RefusedLoads
 from hybridserve.core.vllm_plugin.log import logger
-from hybridserve.core.common.contracts import REFUSED_LOG_PREFIX
 
 PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
 CONNECTOR_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.connector"

@@ -22,12 +22,12 @@ import time
 from types import ModuleType
 from typing import Any
 
+from hybridserve.core.common.contracts import RECOMPUTED_LOG_PREFIX
 from hybridserve.core.common.kv_lease import REFUSED, REFUSED_KEY, STAMP_KEY
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.lease_book import RefusedLoads
 from hybridserve.core.vllm_plugin.lease_guard import STAMP_ATTR
 from hybridserve.core.vllm_plugin.log import logger
-from hybridserve.core.common.contracts import RECOMPUTED_LOG_PREFIX
 
 SCHEDULER_MODULE = "vllm.v1.core.sched.scheduler"
 PULL_SCHEDULER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_scheduler"

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from hybridserve.core.common.contracts import PINNED_LOG_PREFIX, UNPINNED_LOG_PREFIX
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
-from hybridserve.core.common.contracts import PINNED_LOG_PREFIX, UNPINNED_LOG_PREFIX
 
 PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
 PIN_BYTES = 1  # a view's descriptor: cuda_ipc opens the whole allocation behind it

@@ -36,10 +36,10 @@ from types import ModuleType
 from typing import Any
 
 from hybridserve.core.common import timeline_log
+from hybridserve.core.common.contracts import RELEASED_EVENT, RELEASED_LOG_PREFIX
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 from hybridserve.core.vllm_plugin.nixl_results import results_method
-from hybridserve.core.common.contracts import RELEASED_LOG_PREFIX, RELEASED_EVENT
 
 PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
 PROBE_S = 1.0  # seconds between two probes of one side channel

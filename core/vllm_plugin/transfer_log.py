@@ -11,10 +11,10 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from hybridserve.core.common.contracts import RECEIVED_LOG_PREFIX
 from hybridserve.core.vllm_plugin.import_hooks import after_import
 from hybridserve.core.vllm_plugin.log import logger
 from hybridserve.core.vllm_plugin.nixl_results import finished_recving, results_method
-from hybridserve.core.common.contracts import RECEIVED_LOG_PREFIX
 
 NIXL_PULL_WORKER_MODULE = "vllm.distributed.kv_transfer.kv_connector.v1.nixl.pull_worker"
 

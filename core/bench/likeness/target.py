@@ -13,10 +13,11 @@ from typing import Any
 
 from hybridserve.core.bench.launched import LaunchedEngine
 from hybridserve.core.bench.likeness.alike import TargetSettings
-from hybridserve.core.bench.scrape import proxy_health
 from hybridserve.core.bench.likeness.engine_settings import (
-    EngineSettings, cache_config_labels, engine_gpus, from_cache_config, from_launch, from_log, from_model_card, with_gpus,
+    EngineSettings, cache_config_labels, engine_gpus, from_cache_config, from_launch, from_log, from_model_card,
+    with_gpus,
 )
+from hybridserve.core.bench.scrape import proxy_health
 
 
 def launched_settings(client: Any, role: str, engines: tuple[LaunchedEngine, ...], *,
