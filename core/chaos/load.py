@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import httpx
 
 from hybridserve.core.common import keepalive
+from hybridserve.core.common.contracts import REQUEST_ID_HEADER
 from hybridserve.core.deployments.client import Completion, RequestRejectedError, parse_completion
 
 FAILED_PAUSE_S = 0.2  # a client's pause after a failed request
@@ -99,7 +100,7 @@ class Load:
         start, first, status, ok, role, refused, error, answer = time.time(), None, None, False, None, False, None, None
         try:
             with client.stream("POST", f"{self.url}/v1/completions", json=body,
-                               headers={"X-Request-Id": rid}) as response:
+                               headers={REQUEST_ID_HEADER: rid}) as response:
                 status = response.status_code
                 if is_stream and status == 200:
                     first, ok, role, error, answer = _read_stream(response)

@@ -33,6 +33,11 @@ ENGINE_KEY_ENV = "VLLM_API_KEY"
 # --- environment: Ray Serve's replicas bind their servers and NIXL side channel here (core/rayserve) ---
 BIND_HOST_ENV = "HYBRIDSERVE_BIND_HOST"
 
+# --- kv_transfer_params keys: prefill's plugin -> the proxy -> decode's plugin (core/common/kv_lease.py) ---
+LEASE_STAMP_KEY = "hybridserve_lease_end"  # Unix seconds after which prefill may free the blocks (a lower bound)
+LEASE_REFUSED_KEY = "hybridserve_lease"  # in a decode answer's kv_transfer_params: how the lease guard served it
+LEASE_REFUSED = "refused"
+
 # --- headers: the proxy -> both engines of a request (vLLM keeps it inside its own request ids) ---
 REQUEST_ID_HEADER = "X-Request-Id"
 

@@ -24,11 +24,11 @@ import math
 import os
 from collections.abc import Mapping
 
-from hybridserve.core.common.contracts import LEASE_MARGIN_ENV as MARGIN_ENV
+from hybridserve.core.common.contracts import LEASE_MARGIN_ENV as MARGIN_ENV  # the names of the wire contract
+from hybridserve.core.common.contracts import (  # noqa: F401 (read by the plugin and the proxy through this module)
+    LEASE_REFUSED as REFUSED, LEASE_REFUSED_KEY as REFUSED_KEY, LEASE_STAMP_KEY as STAMP_KEY,
+)
 
-STAMP_KEY = "hybridserve_lease_end"  # Unix seconds after which prefill may free the blocks (a lower bound)
-REFUSED_KEY = "hybridserve_lease"  # in a decode answer's kv_transfer_params: how the lease guard served it
-REFUSED = "refused"
 # Clock skew between hosts plus a heartbeat's way to prefill; NTP keeps skew to milliseconds, one host has none.
 DEFAULT_MARGIN_S = 1.0
 

@@ -22,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from hybridserve.core.common import keepalive, kv_lease, timeline_log
+from hybridserve.core.common.contracts import REQUEST_ID_HEADER
 from hybridserve.core.launch.topology import FirstTokenSource
 from hybridserve.core.proxy import eligibility, failover, first_token, hops, relay
 from hybridserve.core.proxy.auth import BearerGuard
@@ -83,9 +84,9 @@ def create_app(config: ProxyConfig, *, transport: httpx.AsyncBaseTransport | Non
         if not isinstance(body, dict):
             metrics.requests["bad_request"] += 1
             return JSONResponse({"error": {"message": "request body must be a JSON object", "code": 400}}, 400)
-        headers = {"X-Request-Id": request.headers.get("x-request-id") or uuid.uuid4().hex}
+        headers = {REQUEST_ID_HEADER: request.headers.get(REQUEST_ID_HEADER) or uuid.uuid4().hex}
         client: httpx.AsyncClient = request.app.state.client
-        rid = headers["X-Request-Id"]
+        rid = headers[REQUEST_ID_HEADER]
         route = failover.Route(rid, prefill_pool, decode_pool, metrics, replica=replica_pool, stopping=stopping)
         send = _sender(client, route, metrics, path, headers, is_stream=bool(body.get("stream")))
         if replica_pool is not None:
@@ -202,7 +203,7 @@ def _answer(route: failover.Route, metrics: ProxyMetrics, served: failover.Serve
 async def _via_prefill_token(client: httpx.AsyncClient, route: failover.Route, send: failover.Send, path: str,
                              body: dict, headers: dict, metrics: ProxyMetrics, cache: dict) -> Any:
     """Prefill computes the whole prompt and samples token 1; decode continues from it (first_token.py)."""
-    rid = headers["X-Request-Id"]
+    rid = headers[REQUEST_ID_HEADER]
     try:
         if not route.has_up("decode"):
             return _answer(route, metrics, await route.alone("prefill", send, body), rid)
