@@ -34,16 +34,19 @@ from hybridserve.core.supervise.warming import HEALTHY, Warmer
 
 runner = CliRunner()
 
-# /health 200; POST /v1/completions answers `status` after `delay_s` and appends each body (and its Authorization
+# /health 200 (and /v1/models: max_model_len `context`, or empty); POST /v1/completions answers `status` after `delay_s` and appends each body (and its Authorization
 # header) to `record` as one JSON line; exits after `live_s` seconds (0: never)
 SERVER = """
 import http.server, json, sys, threading, time, os
 port, status, delay_s, record, live_s = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+context = int(sys.argv[6])  # /v1/models' max_model_len; 0: an empty answer
 if live_s:
     threading.Timer(live_s, lambda: os._exit(0)).start()
 class Engine(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
-        self.send_response(200); self.end_headers()
+        body = json.dumps({"data": [{"max_model_len": context}]}).encode() if self.path == "/v1/models" and context else b""
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         with open(record, "a") as out:
@@ -144,13 +147,13 @@ def test_the_proxy_keeps_a_server_down_while_launch_warms_it(tmp_path):
 
 
 def _engine(tmp_path: Path, name: str, *, status: int = 200, delay_s: float = 0.0, live_s: float = 0.0,
-            key: str | None = None) -> tuple[RoleCommand, Path]:
+            key: str | None = None, context: int = 0) -> tuple[RoleCommand, Path]:
     port, record = free_port(), tmp_path / f"{name}.requests"
     secret = ()
     if key is not None:
         (tmp_path / "engine.key").write_text(key + "\n")
         secret = (("VLLM_API_KEY", Path("engine.key")),)
-    argv = (sys.executable, "-c", SERVER, str(port), str(status), str(delay_s), str(record), str(live_s))
+    argv = (sys.executable, "-c", SERVER, str(port), str(status), str(delay_s), str(record), str(live_s), str(context))
     return RoleCommand(name=name, role=Role.DECODE, argv=argv, env=(), host="127.0.0.1", port=port,
                        secret_env=secret), record
 
@@ -229,3 +232,15 @@ def test_a_restarted_engine_warms_before_it_serves_and_is_marked_warming_from_it
     assert WARMING in states and states[-1] == WARM  # warming from the failure until the burst was done
     assert states.index(WARMING) < len(states) - 1
     assert sorted(r["prompt_tokens"] for r in _requests(record)) == [16, 300, 1200]  # only the restart warmed
+
+
+def test_prompts_past_the_context_the_server_resolved_are_left_out(tmp_path):
+    """`--max-model-len auto` is resolved by vLLM at start: the burst asks /v1/models and keeps what fits."""
+    command, record = _engine(tmp_path, "decode-0", context=1000)
+    roles = _started(tmp_path, command)
+    try:
+        warm_up(command, BURST, model_name="m", vocab_size=1024, key=None, timeout_s=10)
+    finally:
+        roles.guard.release()
+        stop_roles(roles, grace_s=2)
+    assert sorted(r["prompt_tokens"] for r in _requests(record)) == [16, 300]  # 1,200 + 4 out > 1,000

@@ -35,25 +35,43 @@ def warm_up(command: RoleCommand, burst: WarmupBurst, *, model_name: str, vocab_
     the role when a request fails or outlasts `timeout_s` (the burst's own deadline)."""
     rng = random.Random(command.port)
     low, high = max(1, vocab_size // 8), max(2, vocab_size // 2)
+    served = _served_context(command.url, key, timeout_s)  # what vLLM resolved (--max-model-len auto: known only now)
+    lengths = [n for n in burst.prompt_tokens if served is None or n + burst.max_tokens <= served]
     bodies = [{"model": model_name, "prompt": [rng.randrange(low, high) for _ in range(n)],
                "max_tokens": burst.max_tokens, "temperature": 0.0, "ignore_eos": True}
-              for n in burst.prompt_tokens]
+              for n in lengths]
     begun = time.monotonic()
-    with ThreadPoolExecutor(max_workers=len(bodies), thread_name_prefix="warm-up") as pool:
+    with ThreadPoolExecutor(max_workers=max(1, len(bodies)), thread_name_prefix="warm-up") as pool:
         answers = list(pool.map(lambda body: _complete(command.url, body, key, timeout_s), bodies))
-    for prompt_tokens, why in zip(burst.prompt_tokens, answers):
+    for prompt_tokens, why in zip(lengths, answers):
         if why is not None:
             raise CouldNotRunError(f"{command.name}: its warm-up request of {prompt_tokens} prompt tokens failed "
                                    f"({why}); log {command.name}.log in the run folder")
     return time.monotonic() - begun
 
 
-def _complete(url: str, body: dict, key: str | None, timeout_s: float) -> str | None:
-    """None when the server answered 200 with a completion; else why not, in a few words (never the key)."""
+def _served_context(url: str, key: str | None, timeout_s: float) -> int | None:
+    """The served model's max_model_len from vLLM's /v1/models; None when it does not say (then the plan's holds)."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/models", headers=_headers(key)),
+                                    timeout=timeout_s) as response:
+            cards = json.loads(response.read()).get("data") or [{}]
+    except (urllib.error.URLError, OSError, ValueError, AttributeError):
+        return None
+    context = cards[0].get("max_model_len") if isinstance(cards[0], dict) else None
+    return context if isinstance(context, int) and context > 0 else None
+
+
+def _headers(key: str | None) -> dict[str, str]:
     headers = {"Content-Type": "application/json"}
     if key is not None:
         headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(), headers=headers)
+    return headers
+
+
+def _complete(url: str, body: dict, key: str | None, timeout_s: float) -> str | None:
+    """None when the server answered 200 with a completion; else why not, in a few words (never the key)."""
+    request = urllib.request.Request(f"{url}/v1/completions", data=json.dumps(body).encode(), headers=_headers(key))
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             answer = json.loads(response.read())
