@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from hybridserve.core.common import contracts, keepalive
@@ -11,7 +10,7 @@ from hybridserve.core.launch.async_default import resolve as resolve_async
 from hybridserve.core.launch.bind_env import listener_env
 from hybridserve.core.launch.engine_limits import EngineLimits, resolve_limits
 from hybridserve.core.launch.instance_cache import InstanceCache
-from hybridserve.core.launch.passthrough import check_passthrough
+from hybridserve.core.launch.passthrough import EngineFlag, check_passthrough
 from hybridserve.core.launch.topology import Device, EngineInstance, Topology
 from hybridserve.core.layout.settings import CacheSettings
 from hybridserve.core.vllm_plugin import startup as plugin_startup
@@ -35,19 +34,6 @@ def kv_transfer_config(role: str, topology: Topology) -> dict[str, object]:
         "kv_load_failure_policy": "fail",
         "kv_connector_extra_config": {"backends": ["UCX"], "kv_lease_duration": topology.engine.kv_lease_s},
     }
-
-
-@dataclass(frozen=True)
-class EngineFlag:
-    """One vLLM flag launch decides for an engine: what it writes (empty: launch leaves vLLM's default, on purpose)
-    and the launch option or topology key that sets it. The same list writes the command line and names what
-    `--vllm-arg` may not override (passthrough.py), so the two cannot drift."""
-
-    name: str  # the flag as vLLM's parser knows it, positive form ("--enable-prefix-caching")
-    argv: tuple[str, ...]
-    set_by: str  # how the operator sets it instead, or why it is fixed
-    aliases: tuple[str, ...] = ()  # vLLM's short forms (engine/arg_utils.py: "-tp", "-sc")
-    is_secret: bool = False  # its value is a key: a refusal names the flag only, never `--flag=value`
 
 
 def cache_flags(settings: CacheSettings) -> tuple[EngineFlag, ...]:

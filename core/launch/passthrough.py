@@ -13,12 +13,23 @@ plus placement's), never from a list kept here. A passed flag is matched the way
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from hybridserve.core.common.errors import InputError
 
-if TYPE_CHECKING:  # engine_command imports this module
-    from hybridserve.core.launch.engine_command import EngineFlag
+
+@dataclass(frozen=True)
+class EngineFlag:
+    """One vLLM flag launch decides for an engine: what it writes (empty: launch leaves vLLM's default, on purpose)
+    and the launch option or topology key that sets it. The same list writes the command line and names what
+    `--vllm-arg` may not override (here), so the two cannot drift."""
+
+    name: str  # the flag as vLLM's parser knows it, positive form ("--enable-prefix-caching")
+    argv: tuple[str, ...]
+    set_by: str  # how the operator sets it instead, or why it is fixed
+    aliases: tuple[str, ...] = ()  # vLLM's short forms (engine/arg_utils.py: "-tp", "-sc")
+    is_secret: bool = False  # its value is a key: a refusal names the flag only, never `--flag=value`
+
 
 MIN_PREFIX = 3  # "--p" is no flag anyone means; argparse refuses prefixes that match several flags anyway
 
