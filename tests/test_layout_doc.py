@@ -29,3 +29,12 @@ def test_every_folder_under_core_is_a_layer_and_is_named_in_the_doc():
     in_layers = {name for line in _contract_layers() for name in line.split(" | ")}
     assert [f for f in folders if f"core/{f}" not in in_layers] == []
     assert [f for f in folders if f"core/{f}/" not in DOC] == []
+
+
+def test_every_package_folder_ships_in_the_wheel():
+    """pyproject.toml lists the packages by hand (each folder maps to a subpackage): a new folder left out of it
+    imports from the checkout and fails in an installed wheel (the wheel of 1b2bd97 lacked core/host)."""
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {"hybridserve." + ".".join(p.parent.relative_to(ROOT).parts)
+             for top in ("cli", "core", "kernels", "transfer", "profiles") for p in (ROOT / top).rglob("__init__.py")}
+    assert sorted(found - listed) == []
