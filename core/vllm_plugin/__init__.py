@@ -72,7 +72,7 @@ def installs(config: switches.PluginSettings,
         out.append((manifest.CPU_AFFINITY, lambda: cpu_affinity.install(config.cpu_cores)))
     if config.gdn_dispatch_profile is not None:
         def dispatch() -> None:
-            from hybridserve.core.vllm_plugin import gdn_dispatch
+            from hybridserve.core.vllm_plugin import gdn_dispatch  # lazy: only with a tuned profile
 
             gdn_dispatch.install(config.gdn_dispatch_profile, is_log_calls=config.is_gdn_dispatch_log_calls)
 
@@ -106,7 +106,7 @@ def register() -> None:
     config = switches.from_env()
     if config.is_disabled:
         return
-    from hybridserve.core.host.vllm_version import installed_vllm
+    from hybridserve.core.host.vllm_version import installed_vllm  # lazy: as in _refuse_mismatches
     from hybridserve.core.vllm_plugin.compat import is_supported, line_of
 
     version = installed_vllm()

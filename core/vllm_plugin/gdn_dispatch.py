@@ -107,7 +107,7 @@ def routed(native: Any, active: str, router: LazyRouter, l2norm: Any = None) -> 
         backend, hv = route.backend, v.shape[-2]
         key = (route.label, num_seqs, hv, active)
         if key not in same_kernel:
-            from hybridserve.kernels.inputs import GdnShape
+            from hybridserve.kernels.inputs import GdnShape  # lazy: kernels only where a profile routes
 
             shape = GdnShape(seqlens=(1,) * num_seqs, num_key_heads=q.shape[-2], num_value_heads=hv,
                              key_head_dim=q.shape[-1], value_head_dim=v.shape[-1])

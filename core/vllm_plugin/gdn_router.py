@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridserve.core.common.contracts import GDN_ROUTER_LOG_PREFIX as LOG_PREFIX
+from hybridserve.core.common.errors import InputError
 from hybridserve.core.vllm_plugin.log import logger
 
 IsNative = Callable[[Any, tuple, Any], bool]
@@ -46,8 +47,6 @@ class GdnRouter:
     def route(self, *, q: Any, v: Any, num_seqs: int, is_native: IsNative) -> Route:
         """q [.., T, Hk, dk], v [.., T, Hv, dv] (one varlen batch); `is_native(backend, knobs, shape)`: does
         vLLM's own call run exactly this setting here?"""
-        from hybridserve.core.common.errors import InputError
-
         hk, hv, num_tokens = q.shape[-2], v.shape[-2], q.shape[-3]
         try:
             entry = self.dispatch.nearest_bucket(num_key_heads=hk, num_value_heads=hv, num_seqs=num_seqs,
@@ -71,7 +70,7 @@ class GdnRouter:
     def _decide(self, entry: Any, q: Any, v: Any, is_native: IsNative) -> Route:
         """The bucket's fastest setting that runs here, along its ranked list (as Dispatch.choose); vLLM's own
         call where that setting is what vLLM runs anyway or where none of them can run."""
-        from hybridserve.kernels import registry
+        from hybridserve.kernels import registry  # lazy: the backends import torch and their kernels
         from hybridserve.kernels.inputs import GdnShape
 
         bucket = f"TP{entry.tp} {entry.num_seqs}x{entry.seq_len}"
