@@ -1,4 +1,4 @@
-"""Run a launch plan on this machine: start each role, wait until all are healthy, stop all on the way out."""
+"""Run a launch plan on this machine: start each role, wait until all are healthy and warm, stop all on the way out."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
+from hybridserve.core.common.contracts import LAUNCHER_PID_FILE, PLAN_FILE  # a later launch reads both (stale_run.py)
 from hybridserve.core.launch.gpu_shares import start_waves
 from hybridserve.core.launch.keys import write_new_key
 from hybridserve.core.launch.launch_plan import LaunchPlan, RoleCommand
@@ -18,7 +19,6 @@ from hybridserve.core.supervise.health import ProgressCallback, wait_healthy
 from hybridserve.core.supervise.process import RunningRole, start_role, stop_roles
 from hybridserve.core.supervise.start_phase import WAITING
 from hybridserve.core.supervise.warming import Warmer
-from hybridserve.core.common.contracts import LAUNCHER_PID_FILE, PLAN_FILE  # a later launch reads both (stale_run.py)
 
 
 def new_run_dir(root: Path, role: str) -> Path:
