@@ -33,7 +33,7 @@ from rich.table import Table
 
 from hybridserve.core.chaos import stall
 from hybridserve.core.chaos.burst import count_refused, send_burst, tally_burst
-from hybridserve.core.chaos.load import Load
+from hybridserve.core.chaos.bounded_load import Load
 from hybridserve.core.chaos.reference import references, widen_by_other_engine
 from hybridserve.core.chaos.session import kill_groups, start_launch, stop_launcher
 from hybridserve.core.chaos.timeline_gaps import breakdown

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from hybridserve.core.model.dtypes import DType
 from hybridserve.core.model.profiles import load_model
-from hybridserve.transfer.bench import BenchRequest, Memory, run_bench
+from hybridserve.transfer.xfer_bench import BenchRequest, Memory, run_bench
 from hybridserve.transfer.report import write_png
 
 CASES = [("qwen3.5-397b-a17b", 1, 1, DType.BFLOAT16), ("qwen3.5-0.8b", 2, 1, None)]

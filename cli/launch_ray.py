@@ -52,7 +52,7 @@ def run(plan: LaunchPlan, options: RayOptions, *, ray_address: str | None, run_r
     import os
 
     from hybridserve.core.supervise.runner import new_run_dir
-    from hybridserve.core.rayserve.cluster import auth_env
+    from hybridserve.core.rayserve.ray_node import auth_env
     from hybridserve.core.rayserve.lifecycle import RayRun, serve_on_ray, token_file
 
     run_dir = new_run_dir(run_root.resolve(), "ray")

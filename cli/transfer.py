@@ -58,7 +58,7 @@ def bench(
     from hybridserve.core.layout.descriptors import Scheme
     from hybridserve.core.model.dtypes import parse_optional
     from hybridserve.core.model.profiles import load_model
-    from hybridserve.transfer.bench import BenchRequest, Memory, num_steps, run_bench
+    from hybridserve.transfer.xfer_bench import BenchRequest, Memory, num_steps, run_bench
 
     picked = parse_choice(_Schemes, scheme, what="--scheme")
     request = BenchRequest(

@@ -98,7 +98,7 @@ def command(
 
 
 def _merge(paths: list[Path], out: Path, as_json: bool) -> None:
-    from hybridserve.kernels.merge import merge_profiles
+    from hybridserve.kernels.profile_merge import merge_profiles
     from hybridserve.kernels.tuned_profile import read_profile, to_dict, write_profile
 
     profile = merge_profiles([(str(p), read_profile(p)) for p in paths])

@@ -14,7 +14,7 @@ from hybridserve.kernels import naive
 from hybridserve.kernels.backend import Backend, KnobSetting, knob_label
 from hybridserve.kernels.cases import VerifyCase
 from hybridserve.kernels.inputs import GdnInputs, make_inputs
-from hybridserve.kernels.metrics import error_of
+from hybridserve.kernels.error_metrics import error_of
 from hybridserve.kernels.timing import first_call_ms
 
 # Relative L2 tolerance on o and on the final state, per input dtype. bf16 kernels were seen at a few 1e-3 (fla,

@@ -3,7 +3,7 @@ recovery is, when a KV curve is back at idle. No server."""
 
 from __future__ import annotations
 
-from hybridserve.core.chaos.load import Sent
+from hybridserve.core.chaos.bounded_load import Sent
 from hybridserve.core.chaos.session import ChaosSpec, parse_phase, report_wait_s, topology_yaml
 from hybridserve.core.chaos.tally import Kill, held_seconds, released_seconds, tally, verdicts
 from hybridserve.core.deployments.client import Completion
@@ -130,7 +130,7 @@ def test_a_failed_request_keeps_what_the_client_was_told_and_the_proxy_lines_nam
 
     import httpx
 
-    from hybridserve.core.chaos.load import Load
+    from hybridserve.core.chaos.bounded_load import Load
     from hybridserve.core.chaos.session import _lines_naming
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -167,7 +167,7 @@ def test_the_load_keeps_each_ok_answers_tokens_and_logprobs_streamed_or_not():
 
     import httpx
 
-    from hybridserve.core.chaos.load import Load
+    from hybridserve.core.chaos.bounded_load import Load
 
     logprobs = [{"tokens": [" a"], "token_logprobs": [-0.1], "top_logprobs": [{" a": -0.1, " b": -2.0}]},
                 {"tokens": [" c"], "token_logprobs": [-0.2], "top_logprobs": [{" c": -0.2, " d": -1.0}]}]
@@ -227,7 +227,7 @@ def test_a_burst_is_counted_from_the_timeline_the_logs_and_the_judged_answers(tm
 def test_a_stall_probe_asks_as_the_load_asks_so_its_reference_is_compared_id_for_id():
     """lease_burst judges its stall probes against the load's reference answers, which ask for tokens as ids: a
     probe that asked for text was "diverged at token 0" against them (the CPU smoke of --attach, 2026-12-05)."""
-    from hybridserve.core.chaos.load import Load
+    from hybridserve.core.chaos.bounded_load import Load
     from hybridserve.core.chaos.stall import Probe
 
     load = Load("http://p", "m", [[5, 6, 7]], max_tokens=4, timeout_s=5)

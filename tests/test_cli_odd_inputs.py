@@ -22,7 +22,7 @@ def _reached(*_args, **_kwargs):
 
 
 WORK = ("hybridserve.cli.launch._run", "hybridserve.kernels.verify.run_verify", "hybridserve.kernels.tune.run_tune",
-        "hybridserve.core.validate.validate", "hybridserve.transfer.bench.Cluster")
+        "hybridserve.core.validate.validate", "hybridserve.transfer.xfer_bench.Cluster")
 
 INTS = ["-1", "0", "1", "2", "3", "65535", "65536", "70000", str(2**63), "-99999999999999999999"]
 FLOATS = ["-1", "0", "0.5", "1", "2", "nan", "inf", "-inf", "1e309"]

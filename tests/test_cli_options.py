@@ -86,7 +86,7 @@ def test_model_and_json_options_are_the_shared_ones():
     (["--scheme", "Ours", "--memory", "DRAM"], None, ("ours",)),
 ], ids=["bad-scheme", "bad-memory", "both", "ours"])
 def test_transfer_bench_choices_go_through_parse_choice(monkeypatch, args, line, schemes):
-    from hybridserve.transfer import bench as bench_module
+    from hybridserve.transfer import xfer_bench as bench_module
 
     seen = []
 

@@ -68,7 +68,7 @@ def test_transfer_bench_vram_without_cuda_is_refused_in_one_line(monkeypatch):
     pytest.importorskip("nixl")
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    monkeypatch.setattr("hybridserve.transfer.bench.Cluster", lambda *a, **k: pytest.fail("a rank started"))
+    monkeypatch.setattr("hybridserve.transfer.xfer_bench.Cluster", lambda *a, **k: pytest.fail("a rank started"))
     result = CliRunner().invoke(app, ["transfer", "bench", "-m", "qwen3.5-0.8b", "--prompt-len", "256",
                                       "--memory", "vram"])
     assert result.exit_code == 2

@@ -86,8 +86,8 @@ def test_verify_table_keeps_every_value(monkeypatch):
 
 
 def test_transfer_bench_table_keeps_every_value(monkeypatch):
-    from hybridserve.transfer import bench as bench_module
-    from hybridserve.transfer.bench import BenchResult, BenchRow
+    from hybridserve.transfer import xfer_bench as bench_module
+    from hybridserve.transfer.xfer_bench import BenchResult, BenchRow
 
     row = BenchRow(prompt_tokens=32768, scheme="vllm", allocation="fragmented", num_requests=2,
                    num_descriptors=16260, num_elements=16260, num_merged=None, predicted_descriptors=16260,

@@ -15,7 +15,7 @@ from hybridserve.core.launch.topology import Device
 from hybridserve.core.launch.tuned import check_tuned_profile, read_header
 from hybridserve.core.vllm_plugin import switches
 from hybridserve.core.vllm_plugin.gdn_dispatch import LazyRouter, _RoutingOps
-from hybridserve.kernels.metrics import assert_close
+from hybridserve.kernels.error_metrics import assert_close
 
 from _gdn_profiles import TORCH64, entry, two_bucket_profile, write_entries
 

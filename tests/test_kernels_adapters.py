@@ -13,7 +13,7 @@ import torch
 
 from hybridserve.kernels import backend_fla, backend_flashinfer, backend_flashqla, chunk_torch, naive
 from hybridserve.kernels.inputs import GdnShape, make_inputs
-from hybridserve.kernels.metrics import assert_close
+from hybridserve.kernels.error_metrics import assert_close
 
 
 def fake_flashinfer(q, k, v, g=None, beta=None, scale=None, initial_state=None, output_final_state=False,

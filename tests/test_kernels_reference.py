@@ -7,7 +7,7 @@ import torch
 
 from hybridserve.kernels import chunk_torch, naive
 from hybridserve.kernels.inputs import GdnShape, make_inputs
-from hybridserve.kernels.metrics import assert_close
+from hybridserve.kernels.error_metrics import assert_close
 from hybridserve.kernels.registry import get_backend
 
 

@@ -16,7 +16,7 @@ from hybridserve.kernels.backend_torch import TorchBackend
 from hybridserve.kernels.dispatch import Dispatch
 from hybridserve.kernels.grid import BatchShape, parse_shape, shapes_from_lengths
 from hybridserve.kernels.inputs import GdnShape, make_inputs
-from hybridserve.kernels.metrics import assert_close
+from hybridserve.kernels.error_metrics import assert_close
 from hybridserve.kernels.summary import summarize
 from hybridserve.kernels.tuned_profile import Choice, TunedEntry, TunedProfile, read_profile, write_profile
 

@@ -21,7 +21,7 @@ from hybridserve.kernels.backend_flashqla import FlashQlaBackend
 from hybridserve.kernels.backend_torch import TorchBackend
 from hybridserve.kernels.grid import BatchShape
 from hybridserve.kernels.inputs import GdnShape
-from hybridserve.kernels.merge import merge_profiles
+from hybridserve.kernels.profile_merge import merge_profiles
 from hybridserve.kernels.summary import summarize
 from hybridserve.kernels.timing import Samples, TimingPlan
 from hybridserve.kernels.tune import TuneRequest, tune_shape

@@ -144,7 +144,7 @@ def test_bench_marks_a_tcp_fallback_row():
     from dataclasses import replace
 
     from hybridserve.transfer import report
-    from hybridserve.transfer.bench import BenchResult, BenchRow
+    from hybridserve.transfer.xfer_bench import BenchResult, BenchRow
 
     row = BenchRow(prompt_tokens=32768, scheme="ours", allocation="contiguous", num_requests=1, num_descriptors=60,
                    num_elements=60, num_merged=60, predicted_descriptors=60, num_bytes=1_104_322_560, prepare_ms=0.1,

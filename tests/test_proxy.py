@@ -452,7 +452,7 @@ def test_each_request_is_counted_by_its_route_and_unknown_fields_by_name():
 
 def test_unknown_field_names_are_bounded_in_metrics():
     from hybridserve.core.proxy.eligibility import Route
-    from hybridserve.core.proxy.metrics import MAX_UNKNOWN_FIELD_NAMES, ProxyMetrics
+    from hybridserve.core.proxy.prometheus import MAX_UNKNOWN_FIELD_NAMES, ProxyMetrics
 
     metrics = ProxyMetrics()
     names = tuple(f"f{i}" for i in range(MAX_UNKNOWN_FIELD_NAMES + 5)) + ('a"b\n',)

@@ -243,7 +243,7 @@ def test_a_broken_hop_probes_its_server_now_a_dead_one_is_down_a_stalled_one_sta
     import asyncio
 
     from hybridserve.core.proxy.hops import HopError
-    from hybridserve.core.proxy.metrics import ProxyMetrics
+    from hybridserve.core.proxy.prometheus import ProxyMetrics
     from hybridserve.core.proxy.routing import EndpointPool
 
     probed: list[str] = []
@@ -295,7 +295,7 @@ def test_a_prefill_hop_counts_as_outstanding_while_it_runs():
     import asyncio
 
     from hybridserve.core.launch.topology import RoutingPolicy
-    from hybridserve.core.proxy.metrics import ProxyMetrics
+    from hybridserve.core.proxy.prometheus import ProxyMetrics
     from hybridserve.core.proxy.routing import EndpointPool
 
     prefill = EndpointPool("prefill", (P1, P2), RoutingPolicy.LEAST_OUTSTANDING)

@@ -105,7 +105,7 @@ def test_the_command_line_reads_replicas():
 
 def test_bench_reads_the_settings_of_the_replicas_behind_the_proxy(tmp_path):
     """bench's like-for-like check finds a replicas deployment's engines in the proxy's /health, as P/D's."""
-    from hybridserve.core.bench.likeness.target import url_settings
+    from hybridserve.core.bench.likeness.readings import url_settings
 
     info = ('vllm:cache_config_info{block_size="256",cache_dtype="auto",mamba_cache_dtype="bfloat16",'
             'mamba_ssm_cache_dtype="float32",engine="0"} 1.0\n')

@@ -37,7 +37,7 @@ pytest.importorskip("ray.llm", reason="needs the ray extra")
 
 from hybridserve.core.common import ucx  # noqa: E402
 from hybridserve.core.supervise.process import stop_group  # noqa: E402
-from hybridserve.core.rayserve.cluster import LocalNode  # noqa: E402
+from hybridserve.core.rayserve.ray_node import LocalNode  # noqa: E402
 from hybridserve.core.rayserve.serve_config import host_resources  # noqa: E402
 from hybridserve.core.deployments.target import RECALL_MODEL_DIR  # noqa: E402
 

@@ -11,8 +11,8 @@ from hybridserve.cli.app import app
 from hybridserve.core.layout.attention_backend import AttentionBackend
 from hybridserve.core.layout.descriptors import Scheme
 from hybridserve.core.model.dtypes import DType
-from hybridserve.transfer import bench as bench_module
-from hybridserve.transfer.bench import BenchResult, BenchRow, Memory
+from hybridserve.transfer import xfer_bench as bench_module
+from hybridserve.transfer.xfer_bench import BenchResult, BenchRow, Memory
 
 ROW = BenchRow(prompt_tokens=8192, scheme="ours", allocation="fragmented", num_requests=2, num_descriptors=165,
                num_elements=165, num_merged=165, predicted_descriptors=165, num_bytes=349_347_840, prepare_ms=0.1,
@@ -59,7 +59,7 @@ def test_bad_choices_are_refused_in_one_line_with_exit_2(calls, args, word):
 
 def test_unequal_block_sizes_are_refused_naming_the_block_size_to_use():
     from hybridserve.core.model.profiles import load_model
-    from hybridserve.transfer.bench import BenchRequest, run_bench
+    from hybridserve.transfer.xfer_bench import BenchRequest, run_bench
 
     with pytest.raises(Exception, match="--block-size 1072"):
         run_bench(BenchRequest(model=load_model("qwen3.5-397b-a17b"), prefill_tp=4, decode_tp=2,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridserve.core.common.atomic_file import replaced_on_success
-from hybridserve.transfer.bench import BenchResult
+from hybridserve.transfer.xfer_bench import BenchResult
 
 
 def result_dict(result: BenchResult) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from hybridserve.core.bench.prompts import make_prompts
 from hybridserve.core.bench.scrape import (
     decode_urls_behind, first_token_behind, own_metrics, prefill_urls_behind, proxy_health, scrape, settled_scrape,
 )
-from hybridserve.core.bench.served import ServedModel, served_model
+from hybridserve.core.bench.served_model import ServedModel, served_model
 from hybridserve.core.bench.server_metrics import NixlStats, XFER_TIME, delta, nixl_stats
 from hybridserve.core.bench.stream import RequestRecord
 from hybridserve.core.bench.vocab import Vocabulary, find_vocabulary

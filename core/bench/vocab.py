@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hybridserve.core.bench.prompts import read_config, special_token_ids, vocab_size_of
-from hybridserve.core.bench.served import ServedModel
+from hybridserve.core.bench.served_model import ServedModel
 from hybridserve.core.common.errors import InputError
 
 

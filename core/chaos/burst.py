@@ -19,7 +19,7 @@ from pathlib import Path
 
 import httpx
 
-from hybridserve.core.chaos.load import Load, Sent
+from hybridserve.core.chaos.bounded_load import Load, Sent
 from hybridserve.core.chaos.tally import verdicts
 from hybridserve.core.chaos.timeline_gaps import per_request, read_events
 from hybridserve.core.common.contracts import REFUSED_LOG_PREFIX

@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import yaml
 
-from hybridserve.core.chaos.load import KvSampler, Load
+from hybridserve.core.chaos.bounded_load import KvSampler, Load
 from hybridserve.core.chaos.reference import prompt_pool, references
 from hybridserve.core.chaos.tally import Kill, KillRow, held_seconds, released_seconds, tally, verdicts
 from hybridserve.core.chaos.timeline_gaps import read_events as read_timeline

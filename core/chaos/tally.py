@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hybridserve.core.chaos.load import Sent
+from hybridserve.core.chaos.bounded_load import Sent
 from hybridserve.core.deployments.client import Completion
 from hybridserve.core.validate.judge import wrong_reason
 from hybridserve.core.validate.thresholds import Thresholds

@@ -28,7 +28,7 @@ from hybridserve.core.proxy import eligibility, failover, first_token, hops, rel
 from hybridserve.core.proxy.auth import BearerGuard
 from hybridserve.core.proxy.config import ProxyConfig
 from hybridserve.core.proxy.health_watch import EndpointHealth
-from hybridserve.core.proxy.metrics import ProxyMetrics
+from hybridserve.core.proxy.prometheus import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
 from hybridserve.core.proxy.stopping import Stopping
 

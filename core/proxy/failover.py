@@ -36,7 +36,7 @@ from typing import Any
 
 from hybridserve.core.common import kv_lease, timeline_log
 from hybridserve.core.proxy.hops import HopError
-from hybridserve.core.proxy.metrics import ProxyMetrics
+from hybridserve.core.proxy.prometheus import ProxyMetrics
 from hybridserve.core.proxy.routing import EndpointPool
 from hybridserve.core.proxy.stopping import Stopping
 

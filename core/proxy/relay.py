@@ -9,7 +9,7 @@ import httpx
 
 from hybridserve.core.common import timeline_log
 from hybridserve.core.proxy import failover, first_token, hops, streaming
-from hybridserve.core.proxy.metrics import ProxyMetrics
+from hybridserve.core.proxy.prometheus import ProxyMetrics
 from hybridserve.core.proxy.stopping import ProxyStopping
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridserve.core.common.errors import CouldNotRunError
-from hybridserve.core.rayserve.cluster import auth_env
+from hybridserve.core.rayserve.ray_node import auth_env
 from hybridserve.core.rayserve.serve_config import APP_NAME
 
 SERVE_NAMESPACE = "serve"  # ray.serve._private.constants.SERVE_NAMESPACE

@@ -26,7 +26,7 @@ from hybridserve.core.launch.launch_plan import LaunchPlan
 from hybridserve.core.launch.placement import served_topology
 from hybridserve.core.launch.preflight import check_plugin, check_weights
 from hybridserve.core.rayserve import deploy
-from hybridserve.core.rayserve.cluster import LocalNode, RAY_PORT
+from hybridserve.core.rayserve.ray_node import LocalNode, RAY_PORT
 from hybridserve.core.rayserve.serve_config import host_resources
 
 DEFAULT_NUM_CPUS = 8  # logical CPUs a node offers Ray: with 2 the ingress was never scheduled (issue 41)

@@ -1,2 +1,2 @@
 """Whether bench's targets serve alike: each engine's settings parsed (engine_settings.py), read for a target
-(target.py), compared (alike.py), and checked before anything is measured (before_measuring.py)."""
+(readings.py), compared (alike.py), and checked before anything is measured (before_measuring.py)."""

@@ -13,8 +13,8 @@ from typing import Any
 
 from hybridserve.core.bench.launched import engines_of_plan, find_launched, read_run
 from hybridserve.core.bench.likeness.alike import Likeness, TargetSettings, compare
-from hybridserve.core.bench.likeness.target import launched_settings, url_settings
-from hybridserve.core.bench.served import served_model
+from hybridserve.core.bench.likeness.readings import launched_settings, url_settings
+from hybridserve.core.bench.served_model import served_model
 from hybridserve.core.common.errors import InputError
 from hybridserve.core.deployments.client import auth_headers
 from hybridserve.core.deployments.deployed import config_plan, config_topology
